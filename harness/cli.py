@@ -1,0 +1,227 @@
+"""Command line: `python -m harness list | run | servers | runs | report | study`.
+
+Argument parsing and calls into `study`, `servers` and `report` only. Every HarnessError becomes a
+one-paragraph message on stderr and exit status 2; no traceback for problems the user can fix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import registry, servers, store
+from .errors import HarnessError
+from .experiments.base import PROFILES
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        if "=" not in v:
+            raise click.BadParameter(f"expected NAME=VALUE (or EXPERIMENT.NAME=VALUE), got {v!r}",
+                                     param_hint="--set")
+        k, val = v.split("=", 1)
+        out[k.strip()] = val.strip()
+    return out
+
+
+class _Progress:
+    """Progress bar over the repeats of a run, plus one line per finished or failed repeat."""
+
+    def __init__(self, total: int):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="repeat", desc="study", file=sys.stderr, leave=True)
+
+    def __call__(self, kind: str, info: dict) -> None:
+        if kind == "run_started":
+            self.bar.write(f"run {info['run_id']} (writing to {info['path']})")
+        elif kind == "servers":
+            for role, ident in info.items():
+                self.bar.write(f"  {role}: {ident.get('label')} [{ident.get('source')}] {ident.get('uri')}")
+        elif kind == "repeat_started":
+            self.bar.set_description(f"{info['experiment']} r{info['repeat']}")
+        elif kind == "repeat_finished":
+            self.bar.update(1)
+            line = f"  {info['experiment']} r{info['repeat']}: {info['status']} in {info['seconds']} s"
+            if info.get("error"):
+                line += f" -- {info['error'].splitlines()[0][:300]}"
+            self.bar.write(line)
+        elif kind == "experiment_failed":
+            self.bar.write(f"  {info['experiment']}: FAILED -- {info['error']}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli() -> None:
+    """A reproducible performance study of async database access in Python.
+
+    Runs the measurements of the study's three seed documents against real servers (local
+    PostgreSQL and FerretDB by default; Docker or your own servers by URI), stores raw samples
+    under data/runs/, and builds notebooks, figures and an HTML report from them.
+    """
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(as_json: bool) -> None:
+    """List the registered experiments, the servers they need and their parameters."""
+    exps = registry.all_experiments()
+    if as_json:
+        click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs),
+                                   "params": {p: e.params(p).to_dict() for p in PROFILES}}
+                               for n, e in exps.items()}, indent=2))
+        return
+    if not exps:
+        click.echo("no experiments registered yet")
+        return
+    for name, e in exps.items():
+        click.echo(f"{name:16} {e.title}  [needs: {', '.join(e.needs)}]")
+        full = e.params("full").to_dict()
+        click.echo(f"{'':16} parameters (full): " + ", ".join(f"{k}={v}" for k, v in full.items()))
+
+
+def _run(names, profile, repeat, sets, data_dir) -> Path:
+    from . import study
+
+    overrides = _parse_sets(sets)
+    planned = study.plan(list(names), profile, overrides)  # fail fast, before the progress bar
+    progress = _Progress(total=len(planned) * max(repeat, 1))
+    try:
+        return study.run(list(names), profile, repeat, overrides, data_dir, on_event=progress)
+    finally:
+        progress.close()
+
+
+_profile = click.option("--profile", type=click.Choice(PROFILES), default="quick", show_default=True,
+                        help="Sizes: smoke (tests, seconds), quick (minutes), full (the seeds' own sizes).")
+_repeat = click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+                       help="Run each experiment N times, each in a fresh process; the report shows "
+                            "the spread between repeats.")
+_set = click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+                    help="Override a parameter, e.g. --set duration_s=2 or --set mongo_pool.pool_size=20. "
+                         "Repeatable. `list` shows the parameters.")
+_data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                         help="Where runs are stored (default: data/, or $STUDY_DATA_DIR).")
+
+
+@cli.command()
+@click.argument("experiments", nargs=-1, required=True)
+@_profile
+@_repeat
+@_set
+@_data_dir
+def run(experiments, profile, repeat, sets, data_dir) -> None:
+    """Run EXPERIMENTS (names from `list`, or `all`) and store the raw data as a new run."""
+    names = list(registry.all_experiments()) if list(experiments) == ["all"] else list(experiments)
+    path = _run(names, profile, repeat, sets, data_dir)
+    _print_outcome(path)
+
+
+def _print_outcome(path: Path) -> None:
+    run_ = store.Run(path)
+    _print_outcome_lines(run_)
+    if run_.manifest["status"] != "complete":
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("run_ref", required=False, metavar="[RUN]")
+@click.option("--keep-code", is_flag=True, help="Show the notebooks' code cells in the HTML report.")
+@_data_dir
+def report(run_ref, keep_code, data_dir) -> None:
+    """Execute the notebooks on RUN (default: latest) and export the HTML report into it."""
+    from . import report as report_mod
+
+    out = report_mod.build(store.open_run(run_ref, data_dir), keep_code=keep_code)
+    click.echo(f"report: {out}")
+
+
+@cli.command("study")
+@_profile
+@_repeat
+@_set
+@_data_dir
+@click.option("--keep-code", is_flag=True, help="Show code cells in the HTML report.")
+def study_cmd(profile, repeat, sets, data_dir, keep_code) -> None:
+    """The main job: provision servers, run every registered experiment, build the report."""
+    from . import report as report_mod
+
+    names = list(registry.all_experiments())
+    if not names:
+        raise HarnessError("no experiments registered yet")
+    path = _run(names, profile, repeat, sets, data_dir)
+    run_ = store.Run(path)
+    _print_outcome_lines(run_)
+    out = report_mod.build(run_, keep_code=keep_code)
+    click.echo(f"report: {out}")
+
+
+def _print_outcome_lines(run_: store.Run) -> None:
+    for name, e in run_.experiments.items():
+        click.echo(f"{name}: {e.get('status')}" + (f" -- {e.get('error')}" if e.get("error") else ""))
+    click.echo(f"run {run_.id}: {run_.manifest['status']} -> {run_.path}")
+
+
+@cli.command("runs")
+@_data_dir
+def runs_cmd(data_dir) -> None:
+    """List stored runs (newest last) with their status."""
+    for r in store.list_runs(data_dir):
+        click.echo(f"{r['run_id']:40} {r['status']:12} {r['profile'] or '':6} {', '.join(r['experiments'])}")
+
+
+@cli.group("servers")
+def servers_group() -> None:
+    """Start, inspect or stop a server stack that later commands reuse."""
+
+
+@servers_group.command("up")
+def servers_up() -> None:
+    """Start the servers in the background (until `servers down`) and print where they listen."""
+    stack = servers.servers_up()
+    click.echo(json.dumps(stack.public(), indent=2))
+
+
+@servers_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print {mongodb_uri, postgres_dsn, ...} as JSON.")
+def servers_status(as_json) -> None:
+    """Show the stack `servers up` started, if it is running."""
+    stack = servers.running_stack()
+    if stack is None:
+        if as_json:
+            click.echo(json.dumps({"running": False}))
+        else:
+            click.echo("no servers running (start them with `python -m harness servers up`)")
+        sys.exit(1)
+    click.echo(json.dumps({"running": True, **stack.public()}, indent=None if as_json else 2))
+
+
+@servers_group.command("down")
+def servers_down() -> None:
+    """Stop the stack `servers up` started."""
+    pids = servers.servers_down()
+    click.echo(f"stopped {len(pids)} process(es)" if pids else "no servers were running")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except HarnessError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the run was left in data/runs/.incomplete-*, `latest` is unchanged",
+                   err=True)
+        sys.exit(130)

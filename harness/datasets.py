@@ -1,0 +1,213 @@
+"""The seeds' datasets, generated deterministically (fixed seed) and loaded in bulk.
+
+- `Orders(n)`: the `orders` collection of 001: n documents of about 200 bytes of BSON, `customer`
+  drawn from 5,000 values ("c0".."c4999") and indexed.
+- `Listings(n)`: a `listingsAndReviews` stand-in shaped like MongoDB's sample_airbnb (nested
+  address with a GeoJSON point, review scores, Decimal128 price, amenities, host, dates) for 000.
+- `Accounts(n)`: the `acct` table of 002: `id` (primary key 1..n), `owner`, `balance`.
+
+Loading is idempotent: each dataset writes a marker (name, size, seed, format) beside itself and is
+reloaded only when the marker differs, so repeated runs and tests do not pay for it again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from .errors import HarnessError
+from .servers import STUDY_DB, ServerStack
+
+SEED = 20261130
+CUSTOMERS = 5_000
+FORMAT = 1
+MARKERS = "_datasets"
+_EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    n: int
+    server: ClassVar[str]
+    name: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise HarnessError(f"dataset {self.name}: size must be at least 1, got {self.n}")
+
+    def marker(self) -> dict[str, Any]:
+        return {"_id": self.name, "n": self.n, "seed": SEED, "format": FORMAT}
+
+    def ensure(self, stack: ServerStack) -> dict[str, Any]:
+        """Load unless already present; returns {dataset, n, loaded, seconds}."""
+        t0 = time.perf_counter()
+        loaded = self._ensure(stack)
+        return {"dataset": self.name, "n": self.n, "loaded": loaded,
+                "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _ensure(self, stack: ServerStack) -> bool:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------ MongoDB
+
+def order_document(i: int, rng: random.Random) -> dict[str, Any]:
+    n_items = rng.randint(1, 3)
+    items = [{"sku": f"sku-{rng.randrange(10_000):05d}", "qty": rng.randint(1, 5),
+              "price": round(rng.uniform(1, 200), 2)} for _ in range(n_items)]
+    return {
+        "_id": i,
+        "customer": f"c{rng.randrange(CUSTOMERS)}",
+        "status": rng.choice(("open", "shipped", "closed")),
+        "total": round(sum(x["qty"] * x["price"] for x in items), 2),
+        "created": _EPOCH + dt.timedelta(seconds=rng.randrange(365 * 86400)),
+        "items": items,
+        "note": "x" * (60 - 18 * n_items) if n_items < 3 else "",  # keeps documents near 200 bytes
+    }
+
+
+_PROPERTY_TYPES = ("Apartment", "House", "Condominium", "Loft", "Guesthouse", "Serviced apartment")
+_ROOM_TYPES = ("Entire home/apt", "Private room", "Shared room")
+_MARKETS = (("Porto", "Portugal", "PT", -8.61, 41.15), ("New York", "United States", "US", -73.97, 40.77),
+            ("Barcelona", "Spain", "ES", 2.17, 41.39), ("Sydney", "Australia", "AU", 151.21, -33.87),
+            ("Istanbul", "Turkey", "TR", 28.98, 41.01), ("Montreal", "Canada", "CA", -73.57, 45.50),
+            ("Hong Kong", "Hong Kong", "HK", 114.17, 22.32), ("Rio De Janeiro", "Brazil", "BR", -43.20, -22.91))
+_AMENITIES = ("Wifi", "Kitchen", "Heating", "Washer", "Essentials", "TV", "Air conditioning", "Elevator",
+              "Hair dryer", "Iron", "Laptop friendly workspace", "Hangers", "Shampoo", "Pool",
+              "Free parking on premises", "Smoke detector", "First aid kit", "Coffee maker")
+
+
+def listing_document(i: int, rng: random.Random) -> dict[str, Any]:
+    from bson.decimal128 import Decimal128
+
+    market, country, code, lon, lat = rng.choice(_MARKETS)
+    rating = min(100, max(20, int(rng.gauss(92, 8))))
+    first = _EPOCH - dt.timedelta(days=rng.randrange(200, 3000))
+    return {
+        "_id": str(10_000_000 + i),
+        "listing_url": f"https://example.invalid/rooms/{10_000_000 + i}",
+        "name": f"{rng.choice(('Cosy', 'Bright', 'Quiet', 'Central', 'Spacious'))} "
+                f"{rng.choice(_PROPERTY_TYPES).lower()} in {market}",
+        "summary": " ".join(rng.choice(("near", "metro", "view", "sunny", "garden", "quiet", "old town",
+                                        "beach", "market", "walk")) for _ in range(rng.randint(20, 60))),
+        "property_type": rng.choice(_PROPERTY_TYPES),
+        "room_type": rng.choice(_ROOM_TYPES),
+        "accommodates": rng.randint(1, 10),
+        "bedrooms": rng.randint(0, 5),
+        "beds": rng.randint(1, 6),
+        "number_of_reviews": rng.randint(0, 400),
+        "first_review": first,
+        "last_review": first + dt.timedelta(days=rng.randrange(0, 200)),
+        "amenities": rng.sample(_AMENITIES, rng.randint(3, len(_AMENITIES))),
+        "price": Decimal128(Decimal(rng.randint(20, 900)).quantize(Decimal("0.01"))),
+        "cleaning_fee": Decimal128(Decimal(rng.randint(0, 120)).quantize(Decimal("0.01"))),
+        "host": {"host_id": str(rng.randrange(10**8)), "host_name": f"host{rng.randrange(5000)}",
+                 "host_is_superhost": rng.random() < 0.2, "host_listings_count": rng.randint(1, 30)},
+        "address": {"street": f"{market}, {country}", "market": market, "country": country,
+                    "country_code": code,
+                    "location": {"type": "Point", "coordinates": [round(lon + rng.uniform(-0.1, 0.1), 5),
+                                                                   round(lat + rng.uniform(-0.1, 0.1), 5)],
+                                 "is_location_exact": rng.random() < 0.5}},
+        "review_scores": {"review_scores_rating": rating,
+                          **{k: min(10, max(2, int(round(rating / 10 + rng.uniform(-1, 0.5)))))
+                             for k in ("review_scores_accuracy", "review_scores_cleanliness",
+                                       "review_scores_checkin", "review_scores_communication",
+                                       "review_scores_location", "review_scores_value")}},
+    }
+
+
+class _MongoDataset(Dataset):
+    server: ClassVar[str] = "mongodb"
+    batch: ClassVar[int] = 10_000
+
+    def document(self, i: int, rng: random.Random) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def indexes(self, collection) -> None:
+        pass
+
+    def _ensure(self, stack: ServerStack) -> bool:
+        import pymongo
+
+        with pymongo.MongoClient(stack.mongodb_uri) as client:
+            db = client[STUDY_DB]
+            if db[MARKERS].find_one({"_id": self.name}) == self.marker() \
+                    and db[self.name].estimated_document_count() == self.n:
+                return False
+            db[MARKERS].delete_one({"_id": self.name})
+            db[self.name].drop()
+            rng = random.Random(f"{SEED}:{self.name}")
+            docs = []
+            for i in range(self.n):
+                docs.append(self.document(i, rng))
+                if len(docs) == self.batch:
+                    db[self.name].insert_many(docs, ordered=False)
+                    docs = []
+            if docs:
+                db[self.name].insert_many(docs, ordered=False)
+            self.indexes(db[self.name])
+            db[MARKERS].insert_one(self.marker())
+        return True
+
+
+@dataclass(frozen=True)
+class Orders(_MongoDataset):
+    name: ClassVar[str] = "orders"
+
+    def document(self, i, rng):
+        return order_document(i, rng)
+
+    def indexes(self, collection) -> None:
+        collection.create_index("customer")
+
+
+@dataclass(frozen=True)
+class Listings(_MongoDataset):
+    name: ClassVar[str] = "listingsAndReviews"
+    batch: ClassVar[int] = 1_000
+
+    def document(self, i, rng):
+        return listing_document(i, rng)
+
+    def indexes(self, collection) -> None:
+        collection.create_index("review_scores.review_scores_rating")
+
+
+# --------------------------------------------------------------------------------------- PostgreSQL
+
+@dataclass(frozen=True)
+class Accounts(Dataset):
+    server: ClassVar[str] = "postgres"
+    name: ClassVar[str] = "acct"
+
+    def _ensure(self, stack: ServerStack) -> bool:
+        import psycopg
+        from psycopg.types.json import Jsonb
+
+        marker = self.marker()
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {MARKERS} (name text PRIMARY KEY, marker jsonb)")
+            row = conn.execute(f"SELECT marker FROM {MARKERS} WHERE name = %s", (self.name,)).fetchone()
+            if row and row[0] == marker and conn.execute("SELECT to_regclass('acct')").fetchone()[0]:
+                return False
+            with conn.transaction():
+                conn.execute("DROP TABLE IF EXISTS acct")
+                conn.execute("CREATE TABLE acct (id integer PRIMARY KEY, owner text NOT NULL, "
+                             "balance numeric(12, 2) NOT NULL)")
+                rng = random.Random(f"{SEED}:{self.name}")
+                with conn.cursor().copy("COPY acct (id, owner, balance) FROM STDIN") as copy:
+                    for i in range(1, self.n + 1):
+                        copy.write_row((i, f"owner{rng.randrange(20_000)}",
+                                        Decimal(rng.randrange(0, 10_000_000)) / 100))
+                conn.execute(f"DELETE FROM {MARKERS} WHERE name = %s", (self.name,))
+                conn.execute(f"INSERT INTO {MARKERS} VALUES (%s, %s)", (self.name, Jsonb(marker)))
+            conn.execute("VACUUM ANALYZE acct")
+        return True
+
+
+def describe(datasets: list[Dataset]) -> list[dict[str, Any]]:
+    return [{"dataset": d.name, "server": d.server, **asdict(d), "seed": SEED} for d in datasets]

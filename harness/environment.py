@@ -1,0 +1,145 @@
+"""What produced a run: the machine, the software, the code version and the servers' identity."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .redact import redact
+from .servers import ServerStack
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("pymongo", "motor", "asyncpg", "psycopg", "psycopg-binary", "psycopg-pool", "uvloop",
+            "fastapi", "starlette", "anyio", "uvicorn", "locust", "numpy", "pandas", "pyarrow",
+            "matplotlib", "papermill", "nbconvert", "testcontainers", "hdrhistogram", "psutil")
+POSTGRES_SETTINGS_SHOWN = ("max_connections", "shared_buffers", "fsync", "synchronous_commit",
+                           "full_page_writes", "work_mem", "effective_cache_size", "max_wal_size")
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_state() -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha, "dirty": bool(status) if status is not None else None,
+            "describe": git("describe", "--always", "--dirty")}
+
+
+def machine() -> dict[str, Any]:
+    uname = platform.uname()
+    vm = psutil.virtual_memory()
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    return {
+        "hostname": uname.node,
+        "cpu_model": cpu_model(),
+        "cpu_count_logical": psutil.cpu_count(logical=True),
+        "cpu_count_physical": psutil.cpu_count(logical=False),
+        "cpu_affinity": affinity,
+        "kernel": f"{uname.system} {uname.release}",
+        "platform": platform.platform(),
+        "memory_total_bytes": vm.total,
+        "load_average": list(os.getloadavg()),
+        "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
+    }
+
+
+def python_info() -> dict[str, Any]:
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "build": list(platform.python_build()),
+        "compiler": platform.python_compiler(),
+        "executable": sys.executable,
+        "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
+    }
+
+
+def collect() -> dict[str, Any]:
+    return {"python": python_info(), "packages": package_versions(), "machine": machine(),
+            "git": git_state()}
+
+
+def identify_mongodb(uri: str) -> dict[str, Any]:
+    """buildInfo of the server behind `uri`. FerretDB answers with `ferretdbVersion`: say so."""
+    import pymongo
+
+    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as client:
+        info = client.admin.command("buildInfo")
+    ident: dict[str, Any] = {
+        "uri": redact(uri),
+        "reported_version": info.get("version"),
+        "git_version": info.get("gitVersion"),
+        "modules": info.get("modules"),
+    }
+    if "ferretdbVersion" in info:
+        ident.update(product="FerretDB", version=info["ferretdbVersion"],
+                     backend=(info.get("ferretdbFeatures") or {}).get("backend", "postgresql"),
+                     label=f"FerretDB {info['ferretdbVersion']} (MongoDB wire protocol "
+                           f"{info.get('version')}) on PostgreSQL")
+    else:
+        ident.update(product="MongoDB", version=info.get("version"),
+                     label=f"MongoDB {info.get('version')}")
+    return ident
+
+
+def identify_postgres(dsn: str) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+        version = conn.execute("SELECT version()").fetchone()[0]
+        short = conn.execute("SHOW server_version").fetchone()[0]
+        settings = dict(conn.execute(
+            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+            (list(POSTGRES_SETTINGS_SHOWN),)).fetchall())
+    return {"uri": redact(dsn), "product": "PostgreSQL", "version": short, "version_string": version,
+            "settings": settings, "label": f"PostgreSQL {short.split()[0]}"}
+
+
+def identify_servers(stack: ServerStack) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if stack.mongodb is not None:
+        out["mongodb"] = {**identify_mongodb(stack.mongodb.uri), "source": stack.mongodb.source,
+                          "implementation": stack.mongodb.implementation}
+        if out["mongodb"]["product"] == "FerretDB" and stack.mongodb.backend_uri:
+            # FerretDB's storage is a PostgreSQL cluster: name its version in the label too.
+            pg = identify_postgres(stack.mongodb.backend_uri)
+            out["mongodb"]["backend_server"] = pg
+            out["mongodb"]["label"] = out["mongodb"]["label"].replace("on PostgreSQL", f"on {pg['label']}")
+    if stack.postgres is not None:
+        out["postgres"] = {**identify_postgres(stack.postgres.uri), "source": stack.postgres.source}
+    return out

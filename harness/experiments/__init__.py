@@ -1,0 +1,1 @@
+"""One module per experiment; each exposes `EXPERIMENT` (see `base.py`)."""

@@ -1,0 +1,509 @@
+"""Database servers for the study: found, started, identified and stopped.
+
+Sources, per server, in this order (`STUDY_SERVER_SOURCE` = auto | docker | local narrows it):
+1. explicit targets: `STUDY_MONGODB_URI`, `STUDY_POSTGRES_DSN`;
+2. a stack left running by `python -m harness servers up` (its state file);
+3. a reachable Docker engine: testcontainers with the seeds' images, mongo:8.2 and postgres:17;
+4. local binaries: a throw-away PostgreSQL cluster from the Debian binaries, and for MongoDB either
+   `mongod` from PATH or FerretDB (built by scripts/install-ferretdb) on that PostgreSQL cluster.
+
+Every server listens on a free loopback port. `provision()` is a context manager: whatever it started
+is stopped when the block exits, however it exits.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from . import processes
+from .errors import HarnessError
+from .redact import redact
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MONGO_IMAGE = "mongo:8.2"
+POSTGRES_IMAGE = "postgres:17"
+STUDY_DB = "study"            # MongoDB database and PostgreSQL database holding the datasets
+FERRETDB_PG_DB = "ferretdb"   # PostgreSQL database FerretDB keeps its collections in
+FERRETDB_PG_POOL = 50         # FerretDB's own pool to PostgreSQL (its default, made explicit)
+CONNECT_TIMEOUT_S = 5
+START_TIMEOUT_S = 60
+
+# Benchmark tuning for the throw-away cluster: durability off (nothing here must survive a crash),
+# enough connections for 200 clients plus pools plus FerretDB, and buffers that hold the datasets.
+POSTGRES_SETTINGS = {
+    "max_connections": "500",
+    "shared_buffers": "1GB",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_wal_size": "4GB",
+    "checkpoint_timeout": "30min",
+    "dynamic_shared_memory_type": "mmap",
+    "log_min_messages": "warning",
+    "log_connections": "off",
+}
+ROLES = ("mongodb", "postgres")
+
+
+@dataclass
+class Server:
+    role: str                   # "mongodb" | "postgres"
+    uri: str                    # connection string (may hold credentials: redact before printing)
+    source: str                 # "env" | "servers-up" | "docker" | "local"
+    implementation: str         # "mongod" | "ferretdb" | "postgres" | "unknown" (external, not yet asked)
+    log_path: str | None = None
+    pids: list[int] = field(default_factory=list)
+    backend_uri: str | None = None  # FerretDB: the PostgreSQL cluster it stores its data in
+
+    def public(self) -> dict:
+        d = asdict(self)
+        d["uri"] = redact(self.uri)
+        d["backend_uri"] = redact(self.backend_uri) if self.backend_uri else None
+        return d
+
+
+@dataclass
+class ServerStack:
+    mongodb: Server | None = None
+    postgres: Server | None = None
+    state_dir: str | None = None
+    # Every process this stack started, in start order: [name, pid]. A FerretDB stack also owns
+    # the PostgreSQL cluster FerretDB stores its data in.
+    owned: list[list] = field(default_factory=list)
+
+    @property
+    def mongodb_uri(self) -> str:
+        if self.mongodb is None:
+            raise HarnessError("this run has no MongoDB server (it was not requested)")
+        return self.mongodb.uri
+
+    @property
+    def postgres_dsn(self) -> str:
+        if self.postgres is None:
+            raise HarnessError("this run has no PostgreSQL server (it was not requested)")
+        return self.postgres.uri
+
+    def to_json(self) -> dict:
+        """Full form, with credentials: handed to worker processes, never written to a manifest."""
+        return {
+            "mongodb": asdict(self.mongodb) if self.mongodb else None,
+            "postgres": asdict(self.postgres) if self.postgres else None,
+            "state_dir": self.state_dir,
+            "owned": self.owned,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ServerStack":
+        return cls(
+            mongodb=Server(**d["mongodb"]) if d.get("mongodb") else None,
+            postgres=Server(**d["postgres"]) if d.get("postgres") else None,
+            state_dir=d.get("state_dir"),
+            owned=d.get("owned", []),
+        )
+
+    def public(self) -> dict:
+        """Redacted summary for manifests and `servers status`."""
+        return {
+            "mongodb_uri": redact(self.mongodb.uri) if self.mongodb else None,
+            "postgres_dsn": redact(self.postgres.uri) if self.postgres else None,
+            "mongodb": self.mongodb.public() if self.mongodb else None,
+            "postgres": self.postgres.public() if self.postgres else None,
+            "state_dir": self.state_dir,
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks: fail within seconds, naming what is wrong.
+
+
+def check_mongodb(uri: str, label: str) -> None:
+    import pymongo
+    from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
+
+    try:
+        client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=CONNECT_TIMEOUT_S * 1000,
+                                     connectTimeoutMS=CONNECT_TIMEOUT_S * 1000)
+    except (InvalidURI, ConfigurationError, ValueError, TypeError) as e:
+        raise HarnessError(f"{label} is not a valid MongoDB URI ({redact(uri)}): {e}") from None
+    try:
+        client.admin.command("ping")
+    except PyMongoError as e:
+        raise HarnessError(
+            f"{label}: no MongoDB server answered at {redact(uri)} within {CONNECT_TIMEOUT_S} s "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from None
+    finally:
+        client.close()
+
+
+def check_postgres(dsn: str, label: str) -> None:
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.ProgrammingError as e:
+        raise HarnessError(f"{label} is not a valid PostgreSQL DSN ({redact(dsn)}): {e}") from None
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise HarnessError(f"{label}: no PostgreSQL server answered at {redact(dsn)}: {first}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Local binaries.
+
+
+def postgres_bindir() -> Path:
+    """The directory holding initdb and postgres: $STUDY_PG_BINDIR, Debian's newest, or PATH."""
+    explicit = os.environ.get("STUDY_PG_BINDIR")
+    candidates = [Path(explicit)] if explicit else []
+    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
+                    if Path(p).parent.name.isdigit() else 0)
+    candidates += [Path(p) for p in reversed(debian)]
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    for c in candidates:
+        if (c / "initdb").exists() and (c / "postgres").exists():
+            return c
+    raise HarnessError(
+        "PostgreSQL server binaries (initdb, postgres) were not found. Install them with "
+        "`apt-get install postgresql` (Debian/Ubuntu), set STUDY_PG_BINDIR to their directory, "
+        "or point the study at a running server with STUDY_POSTGRES_DSN."
+    )
+
+
+def ferretdb_binary() -> Path | None:
+    for c in (os.environ.get("STUDY_FERRETDB_BIN"), str(REPO_ROOT / ".tools/bin/ferretdb"),
+              shutil.which("ferretdb")):
+        if c and Path(c).exists():
+            return Path(c)
+    return None
+
+
+def _run_as() -> str | None:
+    """PostgreSQL refuses to run as root: use the `postgres` system user then."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        raise HarnessError(
+            "running as root, PostgreSQL must run as another user, and there is no `postgres` "
+            "user: install Debian's postgresql package (it creates one) or run as a normal user"
+        ) from None
+    return "postgres"
+
+
+def _chown_for(path: Path, user: str | None) -> None:
+    if user:
+        shutil.chown(path, user=user, group=None)
+        path.chmod(0o700)
+
+
+@contextmanager
+def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
+    bindir = postgres_bindir()
+    user = _run_as()
+    pg_dir = state_dir / "postgres"
+    data = pg_dir / "data"
+    sock = pg_dir / "sock"
+    pg_dir.mkdir(parents=True, exist_ok=True)
+    sock.mkdir(exist_ok=True)
+    for p in (pg_dir, sock):
+        _chown_for(p, user)
+    log = pg_dir / "postgres.log"
+    log.touch()
+    if user:
+        shutil.chown(log, user=user)
+    import subprocess
+
+    init = subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+         "--locale=C", "--no-sync"],
+        capture_output=True, text=True, user=user, timeout=120,
+    )
+    if init.returncode != 0:
+        raise HarnessError(f"initdb failed ({bindir}/initdb):\n{init.stderr.strip()[-1500:]}")
+    port = processes.free_port()
+    argv = [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+            "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={sock}"]
+    for k, v in POSTGRES_SETTINGS.items():
+        argv += ["-c", f"{k}={v}"]
+    proc = processes.start("postgres", argv, log, user=user, detach=detach)
+    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    try:
+        _wait_postgres(dsn, proc)
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for db in (STUDY_DB, FERRETDB_PG_DB):
+                conn.execute(f'CREATE DATABASE "{db}"')
+        yield Server("postgres", f"postgresql://postgres@127.0.0.1:{port}/{STUDY_DB}", "local",
+                     "postgres", str(log), [proc.pid])
+    finally:
+        if not detach:
+            proc.stop(sig=signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
+
+
+def _wait_postgres(dsn: str, proc: processes.ManagedProcess) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HarnessError(f"PostgreSQL exited during start-up (code {proc.poll()}):\n"
+                               f"{proc.log_tail()}")
+        try:
+            with psycopg.connect(dsn, connect_timeout=2):
+                return
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise HarnessError(f"PostgreSQL did not accept connections within {START_TIMEOUT_S} s:\n"
+                       f"{proc.log_tail()}")
+
+
+def _wait_mongodb(uri: str, proc: processes.ManagedProcess, what: str) -> None:
+    import pymongo
+    from pymongo.errors import PyMongoError
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HarnessError(f"{what} exited during start-up (code {proc.poll()}):\n{proc.log_tail()}")
+        client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000)
+        try:
+            client.admin.command("ping")
+            return
+        except PyMongoError:
+            time.sleep(0.1)
+        finally:
+            client.close()
+    raise HarnessError(f"{what} did not answer within {START_TIMEOUT_S} s:\n{proc.log_tail()}")
+
+
+@contextmanager
+def local_ferretdb(state_dir: Path, postgres: Server, detach: bool = False) -> Iterator[Server]:
+    binary = ferretdb_binary()
+    if binary is None:
+        raise HarnessError(
+            "no MongoDB-compatible server found: neither `mongod` on PATH nor FerretDB. Build FerretDB "
+            "with `bash scripts/install-ferretdb` (needs Go; `make study` and `make test` do it), "
+            "or point the study at a server with STUDY_MONGODB_URI."
+        )
+    fdir = state_dir / "ferretdb"
+    fdir.mkdir(parents=True, exist_ok=True)
+    port, debug_port = processes.free_port(), processes.free_port()
+    pg_url = postgres.uri.rsplit("/", 1)[0] + f"/{FERRETDB_PG_DB}?pool_max_conns={FERRETDB_PG_POOL}"
+    argv = [str(binary), "--handler=postgresql", f"--postgresql-url={pg_url}",
+            f"--listen-addr=127.0.0.1:{port}", f"--debug-addr=127.0.0.1:{debug_port}",
+            f"--state-dir={fdir}", "--telemetry=disable", "--log-level=warn"]
+    proc = processes.start("ferretdb", argv, fdir / "ferretdb.log", detach=detach)
+    uri = f"mongodb://127.0.0.1:{port}/"
+    try:
+        _wait_mongodb(uri, proc, "FerretDB")
+        yield Server("mongodb", uri, "local", "ferretdb", str(fdir / "ferretdb.log"), [proc.pid],
+                     backend_uri=postgres.uri)
+    finally:
+        if not detach:
+            proc.stop()
+
+
+@contextmanager
+def local_mongod(state_dir: Path, mongod: str, detach: bool = False) -> Iterator[Server]:
+    mdir = state_dir / "mongod"
+    (mdir / "db").mkdir(parents=True, exist_ok=True)
+    port = processes.free_port()
+    argv = [mongod, "--dbpath", str(mdir / "db"), "--port", str(port), "--bind_ip", "127.0.0.1"]
+    proc = processes.start("mongod", argv, mdir / "mongod.log", detach=detach)
+    uri = f"mongodb://127.0.0.1:{port}/"
+    try:
+        _wait_mongodb(uri, proc, "mongod")
+        yield Server("mongodb", uri, "local", "mongod", str(mdir / "mongod.log"), [proc.pid])
+    finally:
+        if not detach:
+            proc.stop()
+
+
+# ----------------------------------------------------------------------------------------------
+# Docker (testcontainers). Untested on machines without an engine; selected only when one answers.
+
+
+def docker_available() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+        return True
+    except Exception:  # any failure here just means "no engine": fall back to local binaries
+        return False
+
+
+@contextmanager
+def docker_mongodb() -> Iterator[Server]:
+    from testcontainers.mongodb import MongoDbContainer
+
+    with MongoDbContainer(MONGO_IMAGE) as c:
+        yield Server("mongodb", c.get_connection_url(), "docker", "mongod")
+
+
+@contextmanager
+def docker_postgres() -> Iterator[Server]:
+    from testcontainers.postgres import PostgresContainer
+
+    settings = " ".join(f"-c {k}={v}" for k, v in POSTGRES_SETTINGS.items()
+                        if k not in ("dynamic_shared_memory_type",))
+    c = PostgresContainer(POSTGRES_IMAGE, username="postgres", password="postgres", dbname=STUDY_DB,
+                          driver=None).with_command(f"postgres {settings}")
+    with c:
+        yield Server("postgres", c.get_connection_url(), "docker", "postgres")
+
+
+# ----------------------------------------------------------------------------------------------
+# The stack.
+
+
+def state_file() -> Path:
+    return Path(os.environ.get("STUDY_STATE_DIR", REPO_ROOT / ".harness")) / "servers.json"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def running_stack() -> ServerStack | None:
+    """The stack `servers up` left running, if its processes are all still alive."""
+    f = state_file()
+    if not f.exists():
+        return None
+    try:
+        stack = ServerStack.from_json(json.loads(f.read_text()))
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not stack.owned or not all(_pid_alive(pid) for _, pid in stack.owned):
+        return None
+    return stack
+
+
+@contextmanager
+def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | None = None,
+              detach: bool = False) -> Iterator[ServerStack]:
+    """Yield a ServerStack with the servers in `needs`, stopping what it started on exit."""
+    needs = set(needs)
+    unknown = needs - set(ROLES)
+    if unknown:
+        raise HarnessError(f"unknown server role(s) {sorted(unknown)}; known: {list(ROLES)}")
+    source = os.environ.get("STUDY_SERVER_SOURCE", "auto")
+    if source not in ("auto", "docker", "local"):
+        raise HarnessError(f"STUDY_SERVER_SOURCE must be auto, docker or local, not {source!r}")
+
+    stack = ServerStack()
+    explicit = {"mongodb": os.environ.get("STUDY_MONGODB_URI"),
+                "postgres": os.environ.get("STUDY_POSTGRES_DSN")}
+    for role, var in (("mongodb", "STUDY_MONGODB_URI"), ("postgres", "STUDY_POSTGRES_DSN")):
+        if role in needs and explicit[role]:
+            (check_mongodb if role == "mongodb" else check_postgres)(explicit[role], var)
+            setattr(stack, role, Server(role, explicit[role], "env", "unknown"))
+
+    missing = {r for r in needs if getattr(stack, r) is None}
+    if missing and not detach:
+        up = running_stack()
+        if up is not None:
+            for role in missing:
+                server = getattr(up, role)
+                if server is not None:
+                    server.source = "servers-up"
+                    setattr(stack, role, server)
+            missing = {r for r in needs if getattr(stack, r) is None}
+
+    with ExitStack() as cleanup:
+        if missing and source != "local" and (source == "docker" or docker_available()):
+            if source == "docker" and not docker_available():
+                raise HarnessError("STUDY_SERVER_SOURCE=docker but no Docker engine answered")
+            if "postgres" in missing:
+                stack.postgres = cleanup.enter_context(docker_postgres())
+            if "mongodb" in missing:
+                stack.mongodb = cleanup.enter_context(docker_mongodb())
+            missing = set()
+
+        if missing:
+            if state_dir is None:
+                state_dir = Path(tempfile.mkdtemp(prefix="harness-servers-"))
+                os.chmod(state_dir, 0o755)  # the postgres user must reach its data directory
+                if not detach:
+                    cleanup.callback(shutil.rmtree, state_dir, True)
+            stack.state_dir = str(state_dir)
+            mongod = shutil.which("mongod") if "mongodb" in missing else None
+            # FerretDB stores its data in PostgreSQL, so it needs a local cluster even when the
+            # study's PostgreSQL server is an external one.
+            local_pg = None
+            if "postgres" in missing or ("mongodb" in missing and not mongod):
+                local_pg = cleanup.enter_context(local_postgres(state_dir, detach))
+            if "postgres" in missing:
+                stack.postgres = local_pg
+            if "mongodb" in missing:
+                if mongod:
+                    stack.mongodb = cleanup.enter_context(local_mongod(state_dir, mongod, detach))
+                else:
+                    stack.mongodb = cleanup.enter_context(local_ferretdb(state_dir, local_pg, detach))
+            if local_pg is not None:
+                stack.owned.append(["postgres", local_pg.pids[0]])
+            if "mongodb" in missing:
+                stack.owned.append([stack.mongodb.implementation, stack.mongodb.pids[0]])
+        yield stack
+
+
+# ----------------------------------------------------------------------------------------------
+# `servers up | status | down`: a detached stack other commands reuse.
+
+
+def servers_up() -> ServerStack:
+    existing = running_stack()
+    if existing is not None:
+        return existing
+    state_dir = state_file().parent / "servers"
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True)
+    os.chmod(state_dir, 0o755)
+    os.chmod(state_dir.parent, 0o755)
+    with provision(ROLES, state_dir=state_dir, detach=True) as stack:
+        state_file().write_text(json.dumps(stack.to_json(), indent=2))
+        return stack
+
+
+def servers_down() -> list[int]:
+    """Stop a `servers up` stack. Returns the pids signalled."""
+    f = state_file()
+    if not f.exists():
+        return []
+    stack = ServerStack.from_json(json.loads(f.read_text()))
+    stopped = []
+    for name, pid in reversed(stack.owned):  # FerretDB before the PostgreSQL it stores data in
+        if _pid_alive(pid):
+            # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM would wait for clients to leave.
+            processes.stop_pid(pid, sig=signal.SIGINT if name == "postgres" else signal.SIGTERM)
+            stopped.append(pid)
+    f.unlink()
+    if stack.state_dir and Path(stack.state_dir).exists():
+        shutil.rmtree(stack.state_dir, ignore_errors=True)
+    return stopped
