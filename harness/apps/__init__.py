@@ -1,0 +1,1 @@
+"""Applications under test (the FastAPI app of 000)."""

@@ -1,0 +1,81 @@
+"""Saving figures so that an article can cite them and anyone can regenerate them.
+
+`save_figure()` writes `<figures_dir>/<name>.<fmt>` for each format, stamps the run's provenance
+(run id, servers, machine, git sha) on the figure itself, and records in
+`<figures_dir>/manifest.json` which run, raw data files, notebook, parameters and code version
+produced it. Names are stable (`mongo_pool_latency`, not `figure3`), so a rerun replaces a figure
+in place and its citation stays valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from .store import Run, write_json_atomic
+
+DEFAULT_FORMATS = ("png", "svg", "pdf")
+
+
+def provenance(run: Run, roles: Iterable[str] = ("mongodb", "postgres")) -> str:
+    """One line naming what produced a run: servers, cores, Python, run id and git sha."""
+    env = run.manifest.get("environment", {})
+    machine = env.get("machine", {})
+    git = env.get("git", {})
+    servers = [run.server_label(r) for r in roles if r in run.manifest.get("servers", {})]
+    sha = (git.get("sha") or "unknown")[:10] + ("+dirty" if git.get("dirty") else "")
+    return (f"{'; '.join(servers) or 'no server'} | {machine.get('cpu_count_logical', '?')} cores, "
+            f"Python {env.get('python', {}).get('version', '?')} | run {run.id} ({run.manifest.get('profile')}) "
+            f"| git {sha}")
+
+
+def parse_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
+    items = [f.strip().lower() for f in (formats.split(",") if isinstance(formats, str) else formats)]
+    bad = [f for f in items if f not in ("png", "svg", "pdf")]
+    if bad or not items:
+        raise ValueError(f"figure formats must be among png, svg, pdf; got {formats!r}")
+    return tuple(items)
+
+
+def save_figure(fig, name: str, run: Run, *, notebook: str, experiments: Iterable[str],
+                figures_dir: str | Path, formats: str | Iterable[str] = DEFAULT_FORMATS,
+                parameters: dict[str, Any] | None = None, roles: Iterable[str] = ("mongodb", "postgres"),
+                stamp: bool = True) -> list[Path]:
+    """Save `fig` under a stable `name` and record its provenance. Returns the written paths."""
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    experiments = list(experiments)
+    if stamp:
+        fig.text(0.005, 0.003, provenance(run, roles), fontsize=6, color="0.35", ha="left", va="bottom")
+    written = []
+    for fmt in parse_formats(formats):
+        path = figures_dir / f"{name}.{fmt}"
+        fig.savefig(path, dpi=150 if fmt == "png" else None, bbox_inches="tight",
+                    metadata=None if fmt == "png" else {})
+        written.append(path)
+    raw = sorted(str(p.relative_to(run.path)) for e in experiments for _, d in run.repeat_dirs(e)
+                 for p in d.glob("*.parquet"))
+    git = run.manifest.get("environment", {}).get("git", {})
+    entry = {
+        "files": [p.name for p in written],
+        "run_id": run.id,
+        "run_path": os.path.relpath(run.path, figures_dir.resolve()) if run.path.is_absolute() else str(run.path),
+        "profile": run.manifest.get("profile"),
+        "experiments": experiments,
+        "raw_data": raw,
+        "servers": {r: run.server_label(r) for r in roles if r in run.manifest.get("servers", {})},
+        "notebook": notebook,
+        "parameters": parameters or {},
+        "git_sha": git.get("sha"),
+        "git_dirty": git.get("dirty"),
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    manifest_path = figures_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest.setdefault("format_version", 1)
+    manifest.setdefault("figures", {})[name] = entry
+    write_json_atomic(manifest_path, manifest)
+    return written

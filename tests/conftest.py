@@ -1,0 +1,78 @@
+"""Shared fixtures: real servers started once per session, and one smoke run of every experiment.
+
+No database is mocked: `stack` is the local PostgreSQL + FerretDB (or whatever STUDY_* points at),
+started by the harness's own provisioning code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import registry, servers, store, study
+
+
+@pytest.fixture(scope="session")
+def stack():
+    with servers.provision(("mongodb", "postgres")) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def stack_env(stack):
+    """Environment that makes `study.run` (and subprocesses) reuse the session's servers."""
+    return {"STUDY_MONGODB_URI": stack.mongodb_uri, "STUDY_POSTGRES_DSN": stack.postgres_dsn}
+
+
+@pytest.fixture
+def use_stack(stack_env, monkeypatch):
+    for k, v in stack_env.items():
+        monkeypatch.setenv(k, v)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(stack_env, tmp_path_factory) -> store.Run:
+    """Every registered experiment at the smoke profile, through `study.run`, as users run it."""
+    data_dir = tmp_path_factory.mktemp("smoke-data")
+    saved = {k: os.environ.get(k) for k in stack_env}
+    os.environ.update(stack_env)
+    try:
+        path = study.run(list(registry.all_experiments()), "smoke", 1, None, data_dir)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return store.Run(path)
+
+
+@pytest.fixture
+def run_experiment(stack, tmp_path):
+    """Run one repeat of one experiment in a worker, as the study does; returns (result, tables)."""
+
+    def _run(name: str, profile: str = "smoke", **overrides) -> tuple[dict, dict[str, pd.DataFrame]]:
+        planned = study.plan([name], profile, overrides)[0]
+        for d in planned.experiment.datasets(planned.params):
+            d.ensure(stack)
+        out = tmp_path / name / "r0"
+        result = study.run_repeat(planned, stack, out, 0, profile)
+        tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
+        return result, tables
+
+    return _run
+
+
+def experiment_tables(run: store.Run, name: str) -> dict[str, pd.DataFrame]:
+    """All tables an experiment recorded in a run (repeat 0), keyed by table name."""
+    out = {}
+    for _, d in run.repeat_dirs(name):
+        for f in sorted(d.glob("*.parquet")):
+            out[f.stem] = run.table(name, f.stem)
+    return out
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
