@@ -3,7 +3,9 @@
 - `Orders(n)`: the `orders` collection of 001: n documents of about 200 bytes of BSON, `customer`
   drawn from 5,000 values ("c0".."c4999") and indexed.
 - `Listings(n)`: a `listingsAndReviews` stand-in shaped like MongoDB's sample_airbnb (nested
-  address with a GeoJSON point, review scores, Decimal128 price, amenities, host, dates) for 000.
+  address with a GeoJSON point, review scores, price, amenities, host, dates) for 000. Prices are
+  Decimal128 as in sample_airbnb on MongoDB; FerretDB v1 has no Decimal128 (it drops the
+  connection on one), so there they are doubles of the same values, and the marker says so.
 - `Accounts(n)`: the `acct` table of 002: `id` (primary key 1..n), `owner`, `balance`.
 
 Loading is idempotent: each dataset writes a marker (name, size, seed, format) beside itself and is
@@ -66,7 +68,6 @@ def order_document(i: int, rng: random.Random) -> dict[str, Any]:
         "total": round(sum(x["qty"] * x["price"] for x in items), 2),
         "created": _EPOCH + dt.timedelta(seconds=rng.randrange(365 * 86400)),
         "items": items,
-        "note": "x" * (60 - 18 * n_items) if n_items < 3 else "",  # keeps documents near 200 bytes
     }
 
 
@@ -81,8 +82,13 @@ _AMENITIES = ("Wifi", "Kitchen", "Heating", "Washer", "Essentials", "TV", "Air c
               "Free parking on premises", "Smoke detector", "First aid kit", "Coffee maker")
 
 
-def listing_document(i: int, rng: random.Random) -> dict[str, Any]:
+def listing_document(i: int, rng: random.Random, decimal: bool = True) -> dict[str, Any]:
+    """One listing; `decimal=False` stores money as doubles (for FerretDB, which lacks Decimal128)."""
     from bson.decimal128 import Decimal128
+
+    def money(v: int):
+        d = Decimal(v).quantize(Decimal("0.01"))
+        return Decimal128(d) if decimal else float(d)
 
     market, country, code, lon, lat = rng.choice(_MARKETS)
     rating = min(100, max(20, int(rng.gauss(92, 8))))
@@ -103,8 +109,8 @@ def listing_document(i: int, rng: random.Random) -> dict[str, Any]:
         "first_review": first,
         "last_review": first + dt.timedelta(days=rng.randrange(0, 200)),
         "amenities": rng.sample(_AMENITIES, rng.randint(3, len(_AMENITIES))),
-        "price": Decimal128(Decimal(rng.randint(20, 900)).quantize(Decimal("0.01"))),
-        "cleaning_fee": Decimal128(Decimal(rng.randint(0, 120)).quantize(Decimal("0.01"))),
+        "price": money(rng.randint(20, 900)),
+        "cleaning_fee": money(rng.randint(0, 120)),
         "host": {"host_id": str(rng.randrange(10**8)), "host_name": f"host{rng.randrange(5000)}",
                  "host_is_superhost": rng.random() < 0.2, "host_listings_count": rng.randint(1, 30)},
         "address": {"street": f"{market}, {country}", "market": market, "country": country,
@@ -124,7 +130,7 @@ class _MongoDataset(Dataset):
     server: ClassVar[str] = "mongodb"
     batch: ClassVar[int] = 10_000
 
-    def document(self, i: int, rng: random.Random) -> dict[str, Any]:
+    def document(self, i: int, rng: random.Random, ferretdb: bool) -> dict[str, Any]:
         raise NotImplementedError
 
     def indexes(self, collection) -> None:
@@ -135,7 +141,9 @@ class _MongoDataset(Dataset):
 
         with pymongo.MongoClient(stack.mongodb_uri) as client:
             db = client[STUDY_DB]
-            if db[MARKERS].find_one({"_id": self.name}) == self.marker() \
+            ferretdb = "ferretdbVersion" in client.admin.command("buildInfo")
+            marker = {**self.marker(), "ferretdb": ferretdb}  # FerretDB: prices are doubles
+            if db[MARKERS].find_one({"_id": self.name}) == marker \
                     and db[self.name].estimated_document_count() == self.n:
                 return False
             db[MARKERS].delete_one({"_id": self.name})
@@ -143,14 +151,14 @@ class _MongoDataset(Dataset):
             rng = random.Random(f"{SEED}:{self.name}")
             docs = []
             for i in range(self.n):
-                docs.append(self.document(i, rng))
+                docs.append(self.document(i, rng, ferretdb))
                 if len(docs) == self.batch:
                     db[self.name].insert_many(docs, ordered=False)
                     docs = []
             if docs:
                 db[self.name].insert_many(docs, ordered=False)
             self.indexes(db[self.name])
-            db[MARKERS].insert_one(self.marker())
+            db[MARKERS].insert_one(marker)
         return True
 
 
@@ -158,7 +166,7 @@ class _MongoDataset(Dataset):
 class Orders(_MongoDataset):
     name: ClassVar[str] = "orders"
 
-    def document(self, i, rng):
+    def document(self, i, rng, ferretdb):
         return order_document(i, rng)
 
     def indexes(self, collection) -> None:
@@ -170,8 +178,8 @@ class Listings(_MongoDataset):
     name: ClassVar[str] = "listingsAndReviews"
     batch: ClassVar[int] = 1_000
 
-    def document(self, i, rng):
-        return listing_document(i, rng)
+    def document(self, i, rng, ferretdb):
+        return listing_document(i, rng, decimal=not ferretdb)
 
     def indexes(self, collection) -> None:
         collection.create_index("review_scores.review_scores_rating")

@@ -109,8 +109,8 @@ def identify_mongodb(uri: str) -> dict[str, Any]:
     if "ferretdbVersion" in info:
         ident.update(product="FerretDB", version=info["ferretdbVersion"],
                      backend=(info.get("ferretdbFeatures") or {}).get("backend", "postgresql"),
-                     label=f"FerretDB {info['ferretdbVersion']} (MongoDB wire protocol "
-                           f"{info.get('version')}) on PostgreSQL")
+                     label=f"FerretDB {info['ferretdbVersion']} on PostgreSQL "
+                           f"(reports server version {info.get('version')})")
     else:
         ident.update(product="MongoDB", version=info.get("version"),
                      label=f"MongoDB {info.get('version')}")
@@ -139,7 +139,7 @@ def identify_servers(stack: ServerStack) -> dict[str, Any]:
             # FerretDB's storage is a PostgreSQL cluster: name its version in the label too.
             pg = identify_postgres(stack.mongodb.backend_uri)
             out["mongodb"]["backend_server"] = pg
-            out["mongodb"]["label"] = out["mongodb"]["label"].replace("on PostgreSQL", f"on {pg['label']}")
+            out["mongodb"]["label"] = out["mongodb"]["label"].replace("on PostgreSQL ", f"on {pg['label']} ")
     if stack.postgres is not None:
         out["postgres"] = {**identify_postgres(stack.postgres.uri), "source": stack.postgres.source}
     return out

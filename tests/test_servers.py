@@ -1,0 +1,123 @@
+"""Provisioning against the real local servers: up, identity, down with nothing left behind."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pymongo
+import psycopg
+import pytest
+
+from harness import environment, servers
+from harness.errors import HarnessError
+
+from conftest import REPO_ROOT
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_provision_starts_real_servers_and_stops_everything():
+    before = _descendants()
+    with servers.provision(("mongodb", "postgres")) as stack:
+        started = _descendants() - before
+        assert started, "provisioning started no process"
+        with pymongo.MongoClient(stack.mongodb_uri, serverSelectionTimeoutMS=5000) as c:
+            assert c.admin.command("ping")["ok"] == 1
+        with psycopg.connect(stack.postgres_dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert "127.0.0.1" in stack.mongodb_uri and "127.0.0.1" in stack.postgres_dsn
+        state_dir = stack.state_dir
+    alive = [pid for pid in started if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"processes left behind: {alive}"
+    assert state_dir is None or not os.path.exists(state_dir)
+
+
+def test_servers_stop_when_the_block_raises():
+    before = _descendants()
+    with pytest.raises(RuntimeError):
+        with servers.provision(("postgres",)):
+            started = _descendants() - before
+            raise RuntimeError("boom")
+    assert started and not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                               for p in started)
+
+
+def test_server_identity_names_ferretdb_as_ferretdb(stack):
+    ident = environment.identify_servers(stack)
+    mongo, pg = ident["mongodb"], ident["postgres"]
+    assert pg["product"] == "PostgreSQL" and pg["version"]
+    assert int(pg["settings"]["max_connections"]) >= 250
+    if stack.mongodb.implementation == "ferretdb":
+        assert mongo["product"] == "FerretDB"
+        assert mongo["label"].startswith("FerretDB ") and "MongoDB " not in mongo["label"]
+    else:
+        assert mongo["product"] == "MongoDB"
+
+
+def test_bad_uri_fails_fast_with_a_clear_message(monkeypatch):
+    monkeypatch.setenv("STUDY_MONGODB_URI", "not-a-uri://x")
+    t0 = time.monotonic()
+    with pytest.raises(HarnessError, match="STUDY_MONGODB_URI is not a valid MongoDB URI"):
+        with servers.provision(("mongodb",)):
+            pass
+    monkeypatch.setenv("STUDY_MONGODB_URI", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=500")
+    with pytest.raises(HarnessError, match="no MongoDB server answered"):
+        with servers.provision(("mongodb",)):
+            pass
+    monkeypatch.delenv("STUDY_MONGODB_URI")
+    monkeypatch.setenv("STUDY_POSTGRES_DSN", "postgresql://postgres:hunter2@127.0.0.1:1/x")
+    with pytest.raises(HarnessError, match="no PostgreSQL server answered") as e:
+        with servers.provision(("postgres",)):
+            pass
+    assert "hunter2" not in str(e.value)
+    assert time.monotonic() - t0 < 20
+
+
+def test_external_uri_is_used_as_given(stack, monkeypatch):
+    monkeypatch.setenv("STUDY_POSTGRES_DSN", stack.postgres_dsn)
+    before = {p.pid for p in psutil.Process().children()}
+    with servers.provision(("postgres",)) as s:
+        assert s.postgres.source == "env" and s.postgres.uri == stack.postgres_dsn
+        assert {p.pid for p in psutil.Process().children()} - before == set()  # started nothing
+
+
+def test_servers_up_status_down_cli(tmp_path):
+    env = dict(os.environ, STUDY_STATE_DIR=str(tmp_path / "state"), STUDY_SERVER_SOURCE="local")
+    env.pop("STUDY_MONGODB_URI", None)
+    env.pop("STUDY_POSTGRES_DSN", None)
+
+    def harness(*args):
+        return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    up = harness("servers", "up")
+    assert up.returncode == 0, up.stderr
+    try:
+        status = harness("servers", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        info = json.loads(status.stdout)
+        assert info["running"] and info["mongodb_uri"].startswith("mongodb://127.0.0.1:")
+        assert info["postgres_dsn"].startswith("postgresql://")
+        with pymongo.MongoClient(info["mongodb_uri"], serverSelectionTimeoutMS=5000) as c:
+            assert c.admin.command("ping")["ok"] == 1
+        pids = [pid for _, pid in json.loads((tmp_path / "state" / "servers.json").read_text())["owned"]]
+        assert pids and all(psutil.pid_exists(p) for p in pids)
+    finally:
+        down = harness("servers", "down")
+    assert down.returncode == 0, down.stderr
+    assert not any(psutil.pid_exists(p) for p in pids)
+    assert harness("servers", "status", "--json").returncode == 1
+
+
+def test_missing_binaries_are_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("STUDY_PG_BINDIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(servers.glob, "glob", lambda pattern: [])
+    with pytest.raises(HarnessError, match="apt-get install postgresql"):
+        servers.postgres_bindir()
