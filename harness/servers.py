@@ -207,6 +207,14 @@ def _run_as() -> str | None:
     return "postgres"
 
 
+def _traversable_by_others(path: Path) -> bool:
+    """True if every directory from / down to `path` lets other users through (o+x)."""
+    for p in [path.resolve(), *path.resolve().parents]:
+        if not p.stat().st_mode & 0o001:
+            return False
+    return True
+
+
 def _chown_for(path: Path, user: str | None) -> None:
     if user:
         shutil.chown(path, user=user, group=None)
@@ -218,6 +226,15 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
     bindir = postgres_bindir()
     user = _run_as()
     pg_dir = state_dir / "postgres"
+    if user and not _traversable_by_others(state_dir):
+        # The `postgres` user cannot reach a directory under a private one (pytest's tmp dirs,
+        # a 0700 home): keep the cluster in a world-traversable temp dir and link it from here.
+        private = Path(tempfile.mkdtemp(prefix="harness-postgres-"))
+        os.chmod(private, 0o755)
+        if pg_dir.is_symlink() or pg_dir.exists():
+            pg_dir.unlink()
+        pg_dir.symlink_to(private, target_is_directory=True)
+        pg_dir = private
     data = pg_dir / "data"
     sock = pg_dir / "sock"
     pg_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +273,8 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
     finally:
         if not detach:
             proc.stop(sig=signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
+            if pg_dir != state_dir / "postgres":
+                shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def _wait_postgres(dsn: str, proc: processes.ManagedProcess) -> None:
@@ -505,5 +524,8 @@ def servers_down() -> list[int]:
             stopped.append(pid)
     f.unlink()
     if stack.state_dir and Path(stack.state_dir).exists():
+        linked = Path(stack.state_dir) / "postgres"
+        if linked.is_symlink():
+            shutil.rmtree(linked.resolve(), ignore_errors=True)
         shutil.rmtree(stack.state_dir, ignore_errors=True)
     return stopped

@@ -1,0 +1,112 @@
+"""The command line as users meet it: clear errors for bad input, and runs that never corrupt data."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from harness import registry, store
+
+from conftest import REPO_ROOT
+
+
+def harness(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_help_explains_every_command():
+    out = harness("--help")
+    assert out.returncode == 0
+    for cmd in ("list", "run", "servers", "report", "study", "runs"):
+        assert cmd in out.stdout
+    run_help = harness("run", "--help").stdout
+    for opt in ("--profile", "--repeat", "--set"):
+        assert opt in run_help
+
+
+def test_list_shows_every_registered_experiment():
+    out = harness("list", "--json")
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert set(listed) == set(registry.all_experiments())
+    for name, e in listed.items():
+        assert set(e["params"]) == {"smoke", "quick", "full"}, name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
+    (["run", "{exp}", "--profile", "huge"], "Invalid value for '--profile'"),
+    (["run", "{exp}", "--repeat", "0"], "Invalid value for '--repeat'"),
+    (["run", "{exp}", "--set", "nonsense"], "expected NAME=VALUE"),
+    (["run", "{exp}", "--set", "no_such_param=1"], "no experiment of this run has a parameter 'no_such_param'"),
+    (["run", "{exp}", "--set", "warmup_s=-1"], "parameter warmup_s must be zero or more, got -1.0"),
+    (["run", "{exp}", "--set", "warmup_s=abc"], "parameter warmup_s must be float, got 'abc'"),
+    (["report", "no-such-run"], "no run 'no-such-run'"),
+])
+def test_bad_input_gets_a_clear_error_without_traceback(args, message, tmp_path):
+    exps = list(registry.all_experiments())
+    if not exps and any("{exp}" in a for a in args):
+        pytest.skip("no experiment registered")
+    args = [a.replace("{exp}", exps[0] if exps else "") for a in args]
+    env = dict(os.environ, STUDY_DATA_DIR=str(tmp_path))
+    out = harness(*args, env=env)
+    assert out.returncode != 0
+    assert message in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), \
+        "bad input must fail before a run directory is created"
+
+
+def test_negative_pool_or_size_parameters_are_refused():
+    """Every positive-only integer parameter of every experiment rejects a negative value by name."""
+    checked = 0
+    for exp in registry.all_experiments().values():
+        full = exp.params("full").to_dict()
+        for name, value in full.items():
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0 and name != "seed":
+                with pytest.raises(Exception) as e:
+                    exp.params("smoke", {name: "-5"})
+                assert name in str(e.value), f"{exp.name}.{name}: {e.value}"
+                checked += 1
+    assert checked > 0 or not registry.all_experiments()
+
+
+def test_interrupted_run_keeps_previous_latest_and_leaves_no_process(stack_env, tmp_path):
+    exps = [n for n, e in registry.all_experiments().items() if "postgres" in e.needs] \
+        or list(registry.all_experiments())
+    if not exps:
+        pytest.skip("no experiment registered")
+    data = tmp_path / "data"
+    # an earlier good run that must survive
+    good = store.RunWriter(data, "earlier-good-run", {"profile": "smoke", "experiments": {}})
+    good.commit("complete")
+    env = dict(os.environ, STUDY_DATA_DIR=str(data))
+    env.pop("STUDY_MONGODB_URI", None)
+    env.pop("STUDY_POSTGRES_DSN", None)  # let the run start its own servers, to check they stop
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", exps[0], "--profile", "quick"],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children: set[int] = set()
+    incomplete = []
+    while time.monotonic() < deadline:
+        incomplete = list((data / "runs").glob(".incomplete-*"))
+        if incomplete and "servers" in json.loads((incomplete[0] / "manifest.json").read_text()):
+            children = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+            break
+        time.sleep(0.1)
+    assert incomplete, "the run never started"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert os.readlink(data / "runs" / "latest") == "earlier-good-run"
+    manifest = json.loads((incomplete[0] / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    time.sleep(0.5)
+    left = [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert children and not left, f"processes left behind: {left}"
