@@ -1,0 +1,331 @@
+"""Seed 002 (threads vs asyncio against PostgreSQL): raw tables of a run -> the seed's table, the
+limiting resource of each row, and named metrics for the claims ledger.
+
+Every statistic comes from `harness.stats` (percentiles, fairness, CPU per operation, spread across
+repeats). Inputs are the raw tables of `pg_models` and `pg_ceiling` (see their module docstrings).
+
+Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
+- rps: successful requests in the measured window / window wall time (stats.throughput).
+- p50_ms, p99_ms, mean_ms: latency percentiles of the window's successful requests;
+  p99_p50_ratio = p99_ms / p50_ms.
+- cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
+- cpu_us_per_req: client CPU per successful request, microseconds (stats.cpu_per_op_us).
+- server_cpu_pct, server_cpu_us_per_req: the same for the PostgreSQL processes (NaN when the
+  server was not a process on the measuring machine).
+- machine_cpu_pct: busy CPU of every process on the machine over the window, % of one core
+  (cores x 100 = all busy); other_cpu_pct = machine - client - server: load from anything else
+  (other users of a shared machine, the harness itself).
+- db_time_ms: per-request database time, the median latency of the calibration requests (one
+  client, one request at a time, nothing queues): the seed's "per-request database time".
+- pool_bound_rps = pool / db_time: the throughput a pool of that size can carry (seed: "each
+  connection can serve about 1/db_time requests per second"); pool_bound_frac = rps / pool_bound_rps.
+- littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
+  with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent).
+- ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
+- limit, limit_reason: the seed's decision rule (`limiting_resource`).
+
+Metric names (`metrics(run)`, all floats; the mean over repeats when a run has several):
+  pg_models.cores                                   logical cores the run had (count)
+  pg_models.<regime>.pool<P>.<model>.<q>            per model, where
+      <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none);
+      <P> = pool size; <model> in harness.pg_workload.MODELS;
+      <q> = rps (requests/s) | p50_ms | p99_ms | mean_ms (ms) | p99_p50_ratio (ratio)
+            | cpu_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct (% of one core)
+            | cpu_us_per_req (us)
+            | server_cpu_us_per_req (us) | db_time_ms (ms) | pool_bound_rps (requests/s)
+            | pool_bound_frac (ratio) | littles_law_ms (ms) | littles_law_ratio (ratio)
+            | ops_per_client_min | ops_per_client_max (requests) | jain (0..1)
+            | errors (count) | is_pool_bound | is_client_cpu_bound | is_machine_cpu_bound (1/0)
+  pg_models.<regime>.pool<P>.rps_min | rps_max      over the seed's four models (requests/s)
+  pg_models.<regime>.pool<P>.asyncio_rps_min | asyncio_rps_max
+                                                    over asyncio_psycopg and asyncio_asyncpg
+  pg_models.<regime>.pool<P>.pool_bound_rps         pool / median calibration latency of all
+                                                    models of that regime and pool (requests/s)
+  pg_models.<regime>.pool<P>.per_connection_rps     1 / that database time (requests/s)
+  pg_models.<regime>.pool<P>.<q>_ratio.<a>_over_<b> <q> in rps, cpu_us_per_req, p99_ms; for every
+                                                    pair of models a before b in MODELS order
+                                                    (e.g. threads_psycopg_over_uvloop_asyncpg)
+  pg_ceiling.<regime>.c<C>.<mode>.<q>               pgbench with C clients (= C connections),
+      mode prepared | simple; <q> = rps (transactions/s in the window) | tps_reported (pgbench's
+      own, whole run, transactions/s) | p50_ms | p99_ms | latency_avg_ms_reported (ms)
+      | cpu_pct | server_cpu_pct | machine_cpu_pct (% of one core) | cpu_us_per_req
+      | server_cpu_us_per_req (us)
+  pg_ceiling.<regime>.c<C>.tps                      the best mode's rps at C clients
+  pg_ceiling.<regime>.tps                           the same at the largest C of the run (the
+                                                    seed's 200 clients in `full`)
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from ..pg_workload import MODELS, SEED_MODELS
+from ..store import Run
+
+POOL_BOUND_FRACTION = 0.9     # pool-bound when throughput reaches 90% of pool / db_time
+CPU_SATURATED_FRACTION = 0.9  # a CPU is "near 100%" at 90% of its capacity
+ASYNCIO_DEFAULT_LOOP = ("asyncio_psycopg", "asyncio_asyncpg")
+MODEL_LABELS = {
+    "threads_psycopg": "threads + psycopg",
+    "asyncio_psycopg": "asyncio + psycopg async",
+    "asyncio_asyncpg": "asyncio + asyncpg",
+    "uvloop_asyncpg": "uvloop + asyncpg",
+    "uvloop_psycopg": "uvloop + psycopg async",
+}
+
+
+def cores(run: Run) -> int:
+    """Cores the run could use: its CPU affinity, else the machine's logical count."""
+    machine = run.manifest.get("environment", {}).get("machine", {})
+    affinity = machine.get("cpu_affinity")
+    return len(affinity) if affinity else int(machine.get("cpu_count_logical") or 0)
+
+
+def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
+                      server_cpu_pct: float, machine_cpu_pct: float, n_cores: int) -> tuple[str, str]:
+    """The seed's decision rule, in this order: (limit, reason).
+
+    pool        throughput >= 90% of pool / db_time
+    client CPU  an asyncio model's loop thread near 100% of a core, or the threads model near
+                cores x 100% (a GIL build's threads can use more than one core while libpq waits)
+    machine CPU every core of the machine near 100% busy (client, server and anything else on a
+                shared machine; client + server when the machine-wide figure is missing)
+    otherwise   "not identified", with the figures that ruled the others out
+    """
+    frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
+    if frac >= POOL_BOUND_FRACTION:
+        return "pool", f"{frac:.0%} of the pool bound"
+    client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
+    if cpu_pct >= CPU_SATURATED_FRACTION * client_cap:
+        return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
+    busy = machine_cpu_pct if not math.isnan(machine_cpu_pct) else cpu_pct + server_cpu_pct
+    if not math.isnan(busy) and busy >= CPU_SATURATED_FRACTION * 100.0 * n_cores:
+        return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
+                               f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
+    server = "unknown" if math.isnan(server_cpu_pct) else f"{server_cpu_pct:.0f}%"
+    return "not identified", (f"{frac:.0%} of pool bound, client {cpu_pct:.0f}%, server {server}, "
+                              f"machine {busy:.0f}% of {100 * n_cores}%")
+
+
+def _db_time_s(calibration: pd.DataFrame) -> float:
+    return float(stats.percentiles(calibration["latency_s"].to_numpy(), [50.0])[0])
+
+
+def _latency_fields(lat_s: np.ndarray) -> dict[str, float]:
+    s = stats.latency_summary(lat_s)
+    return {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "mean_ms": s["mean_ms"],
+            "p99_p50_ratio": s["p99_ms"] / s["p50_ms"] if s["p50_ms"] else math.nan}
+
+
+def models_table(run: Run) -> pd.DataFrame:
+    """One row per pg_models variant and repeat with every derived quantity (see module doc)."""
+    windows = run.table("pg_models", "windows")
+    if windows.empty:
+        return pd.DataFrame()
+    samples = run.table("pg_models", "samples")
+    calib = run.table("pg_models", "calibration")
+    n_cores = cores(run)
+    rows = []
+    for _, w in windows.iterrows():
+        key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+        ok = samples[key & samples["ok"]]
+        c = calib[(calib["repeat"] == w["repeat"]) & (calib["variant"] == w["variant"])]
+        rps = stats.throughput(int(w["ops"]), float(w["wall_s"]))
+        db_time = _db_time_s(c) if len(c) else math.nan
+        pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
+        cpu_pct = 100.0 * w["cpu_s"] / w["wall_s"]
+        server_pct = 100.0 * w["server_cpu_s"] / w["wall_s"]
+        machine_pct = 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"]
+        fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
+        littles = w["clients"] / rps * 1000.0 if rps else math.nan
+        lat = _latency_fields(ok["latency_s"].to_numpy())
+        limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
+                                          machine_pct, n_cores)
+        rows.append({
+            "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
+            "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
+            "requests": int(w["ops"]), "errors": int(w["errors"]), "wall_s": w["wall_s"], "rps": rps,
+            **lat,
+            "cpu_pct": cpu_pct, "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
+            "server_cpu_pct": server_pct,
+            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
+            "machine_cpu_pct": machine_pct, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
+            "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
+            "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
+            "littles_law_ms": littles,
+            "littles_law_ratio": lat["mean_ms"] / littles if littles else math.nan,
+            "ops_per_client_min": fair["ops_per_task_min"], "ops_per_client_max": fair["ops_per_task_max"],
+            "ops_per_client_median": fair["ops_per_task_median"], "jain": fair["jain_index"],
+            "limit": limit, "limit_reason": reason,
+        })
+    return pd.DataFrame(rows)
+
+
+def _first(df: pd.DataFrame, col: str) -> float:
+    return float(df[col].iloc[0]) if len(df) else math.nan
+
+
+def ceiling_table(run: Run) -> pd.DataFrame:
+    """One row per pgbench variant and repeat: window throughput, latency, CPU, pgbench's own tps."""
+    windows = run.table("pg_ceiling", "windows")
+    if windows.empty:
+        return pd.DataFrame()
+    samples = run.table("pg_ceiling", "samples")
+    reported = run.table("pg_ceiling", "pgbench")
+    rows = []
+    for _, w in windows.iterrows():
+        key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+        ok = samples[key & samples["ok"]]
+        rep = reported[(reported["repeat"] == w["repeat"]) & (reported["variant"] == w["variant"])]
+        rps = stats.throughput(int(w["ops"]), float(w["wall_s"]))
+        rows.append({
+            "repeat": w["repeat"], "variant": w["variant"], "mode": w["mode"], "regime": w["regime"],
+            "slow_ms": w["slow_ms"], "clients": w["clients"], "pool_equivalent": w["pool"],
+            "transactions": int(w["ops"]), "rps": rps, **_latency_fields(ok["latency_s"].to_numpy()),
+            "tps_reported": _first(rep, "tps_reported"),
+            "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
+            "cpu_pct": 100.0 * w["cpu_s"] / w["wall_s"],
+            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
+            "server_cpu_pct": 100.0 * w["server_cpu_s"] / w["wall_s"],
+            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
+            "machine_cpu_pct": 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"],
+        })
+    return pd.DataFrame(rows)
+
+
+def failures(run: Run) -> pd.DataFrame:
+    """Variants that failed, from both experiments (experiment, variant, error)."""
+    parts = []
+    for exp in ("pg_models", "pg_ceiling"):
+        f = run.table(exp, "failures", ok_only=False)
+        if not f.empty:
+            parts.append(f.assign(experiment=exp)[["experiment", "repeat", "variant", "error"]])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["experiment", "repeat", "variant", "error"])
+
+
+def completions(run: Run) -> pd.DataFrame:
+    """Per-client completed requests in the window: variant, model, regime, pool, task, completed."""
+    windows = run.table("pg_models", "windows")
+    samples = run.table("pg_models", "samples")
+    parts = []
+    for _, w in windows.iterrows():
+        ok = samples[(samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+                     & samples["ok"]]
+        counts = stats.completion_counts(ok["task"].to_numpy(), int(w["clients"]))
+        parts.append(pd.DataFrame({"repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
+                                   "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"],
+                                   "task": np.arange(len(counts)), "completed": counts}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Numeric columns averaged over repeats (stats.spread's mean); text columns from repeat 0."""
+    if table.empty or table["repeat"].nunique() == 1:
+        return table.drop(columns=["repeat"]) if not table.empty else table
+    numeric = [c for c in table.columns if c not in keys + ["repeat"]
+               and pd.api.types.is_numeric_dtype(table[c])]
+    rows = []
+    for key, g in table.groupby(keys, sort=False):
+        first = g.iloc[0].to_dict()
+        first.update({c: stats.spread(g[c].to_numpy())["mean"] for c in numeric})
+        first["repeats"] = len(g)
+        rows.append(first)
+    return pd.DataFrame(rows).drop(columns=["repeat"])
+
+
+def config_label(regime: str, slow_ms: float, pool: int) -> str:
+    return f"{'%g ms queries' % slow_ms if regime == 'slow' else 'fast queries'}, pool {pool}"
+
+
+def seed_table(run: Run) -> pd.DataFrame:
+    """The seed's grid: one row per configuration x quantity, one column per model (mean over
+    repeats). Quantities: req/s, p50 ms, p99 ms, p99/p50, client CPU %, client CPU us/req,
+    server CPU %, pool bound req/s, Little's law ms, Jain index, limit."""
+    t = _mean_over_repeats(models_table(run), ["variant"])
+    if t.empty:
+        return pd.DataFrame()
+    quantities = [("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+                  ("p99_p50_ratio", "p99/p50"), ("cpu_pct", "client CPU %"),
+                  ("cpu_us_per_req", "client CPU us/req"), ("server_cpu_pct", "server CPU %"),
+                  ("machine_cpu_pct", "machine CPU %"),
+                  ("pool_bound_rps", "pool bound req/s"), ("littles_law_ms", "Little's law ms"),
+                  ("jain", "Jain index"), ("limit", "limit")]
+    out = []
+    for (regime, slow_ms, pool), g in t.groupby(["regime", "slow_ms", "pool"], sort=False):
+        by_model = g.set_index("model")
+        for col, unit in quantities:
+            row = {"configuration": config_label(regime, slow_ms, pool), "quantity": unit}
+            for m in MODELS:
+                if m in by_model.index:
+                    v = by_model.at[m, col]
+                    row[MODEL_LABELS[m]] = v if isinstance(v, str) else round(float(v), 3 if col in (
+                        "p99_p50_ratio", "jain") else 1)
+            out.append(row)
+    return pd.DataFrame(out).set_index(["configuration", "quantity"])
+
+
+def metrics(run: Run) -> dict[str, float]:
+    """Named figures (see the module docstring for every name and unit)."""
+    out: dict[str, float] = {}
+    t = _mean_over_repeats(models_table(run), ["variant"])
+    if not t.empty:
+        out["pg_models.cores"] = float(cores(run))
+        calib = run.table("pg_models", "calibration")
+        quantities = ["rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct",
+                      "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct",
+                      "server_cpu_us_per_req", "db_time_ms",
+                      "pool_bound_rps", "pool_bound_frac", "littles_law_ms", "littles_law_ratio",
+                      "ops_per_client_min", "ops_per_client_max", "jain", "errors"]
+        for (regime, pool), g in t.groupby(["regime", "pool"], sort=False):
+            base = f"pg_models.{regime}.pool{int(pool)}"
+            by_model = g.set_index("model")
+            for m, r in by_model.iterrows():
+                for q in quantities:
+                    out[f"{base}.{m}.{q}"] = float(r[q])
+                out[f"{base}.{m}.is_pool_bound"] = float(r["limit"] == "pool")
+                out[f"{base}.{m}.is_client_cpu_bound"] = float(r["limit"] == "client CPU")
+                out[f"{base}.{m}.is_machine_cpu_bound"] = float(r["limit"] == "machine CPU")
+            seed = by_model.loc[[m for m in SEED_MODELS if m in by_model.index], "rps"]
+            if len(seed):
+                out[f"{base}.rps_min"], out[f"{base}.rps_max"] = float(seed.min()), float(seed.max())
+            aio = by_model.loc[[m for m in ASYNCIO_DEFAULT_LOOP if m in by_model.index], "rps"]
+            if len(aio):
+                out[f"{base}.asyncio_rps_min"] = float(aio.min())
+                out[f"{base}.asyncio_rps_max"] = float(aio.max())
+            c = calib[(calib["regime"] == regime) & (calib["pool"] == pool)]
+            if len(c):
+                db = _db_time_s(c)
+                out[f"{base}.pool_bound_rps"] = float(pool / db)
+                out[f"{base}.per_connection_rps"] = float(1.0 / db)
+            for q in ("rps", "cpu_us_per_req", "p99_ms"):
+                for a, b in combinations([m for m in MODELS if m in by_model.index], 2):
+                    den = float(by_model.at[b, q])
+                    ratio = float(by_model.at[a, q]) / den if den else math.nan
+                    out[f"{base}.{q}_ratio.{a}_over_{b}"] = ratio
+    c = _mean_over_repeats(ceiling_table(run), ["variant"])
+    if not c.empty:
+        for _, r in c.iterrows():
+            base = f"pg_ceiling.{r['regime']}.c{int(r['clients'])}.{r['mode']}"
+            for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
+                      "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
+                out[f"{base}.{q}"] = float(r[q])
+        for regime, g in c.groupby("regime"):
+            for clients, gc in g.groupby("clients"):
+                out[f"pg_ceiling.{regime}.c{int(clients)}.tps"] = float(gc["rps"].max())
+            top = g[g["clients"] == g["clients"].max()]
+            out[f"pg_ceiling.{regime}.tps"] = float(top["rps"].max())
+    return out
+
+
+def model_label(model: str) -> str:
+    return MODEL_LABELS.get(model, model)
+
+
+__all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
+           "limiting_resource", "cores", "config_label", "model_label", "MODEL_LABELS",
+           "POOL_BOUND_FRACTION", "CPU_SATURATED_FRACTION"]

@@ -1,0 +1,181 @@
+"""Seed 002: threads vs asyncio for a database-heavy request, five client models, two regimes.
+
+Variants: every model of `harness.pg_workload.MODELS` x `slow_ms` (10 = the seed's slow queries,
+0 = fast) x `pools` (connections), each named `<model>[slow_ms=<ms>,pool=<n>]`, each measured in its
+own child interpreter (`python -m harness.pg_workload`, started through `harness.processes` with a
+hard timeout), so one model's threads, loop or GC cannot disturb another's figures. The child runs
+`clients` closed-loop clients over the seed's three-query request, excludes `warmup_s`, and
+measures a `duration_s` window; this worker only records what the child returns.
+
+Tables (one repeat):
+- `samples`: variant, task (client id 0..clients-1), start_s (since the window opened), latency_s,
+  ok, wait_s (waiting for a pooled connection), hold_s (connection held by the request), error,
+  model, regime, slow_ms, pool. Only requests that started and finished inside the window.
+- `windows`: variant, wall_s, cpu_s (the child's process CPU over the window, all threads),
+  cpu_user_s, cpu_system_s, ops (successful requests in the window), errors, ops_all (requests
+  completed over the whole child run, warm-up and drain included), server_cpu_s (CPU of the
+  PostgreSQL postmaster and its descendants over the same window; NaN when the server is not a
+  process on this machine, see `server_cpu_source`), machine_busy_s (busy CPU time of every
+  process on the machine, all cores: shows other load on a shared machine),
+  server_procs_open/close, model, regime,
+  slow_ms, pool, clients, duration_s, warmup_s, rows, loop, driver, loop_impl,
+  psycopg_autocommit, calibration_requests, gil_enabled, python, threads_in_process.
+- `calibration`: variant, model, regime, slow_ms, pool, latency_s: requests issued one at a time
+  by one client after the measured phase, on the warm pool (nothing queues); their median is the
+  per-request database time from which `harness.analysis.postgres` derives the pool bound
+  (pool / database time).
+- `failures`: variant, model, slow_ms, pool, error, returncode, log_tail; a failed variant is
+  recorded here and the others go on.
+Artifacts: one `<model>_slow<ms>_pool<n>.log` per variant (the child's stdout/stderr).
+
+The pool bound and the Little's-law check are computed from these raw tables in the analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import datasets, processes
+from ..errors import HarnessError
+from ..pg_workload import MODELS, VariantSpec, find_postmaster, fmt_ms, regime_name
+from ..servers import REPO_ROOT
+from .base import Context, Experiment, Params, variant_id
+
+CHILD_OVERHEAD_S = 60.0   # interpreter start, pool open, drain: added to each child's own time limit
+
+
+@dataclass(frozen=True)
+class PgModelsParams(Params):
+    models: tuple[str, ...] = MODELS
+    slow_ms: tuple[float, ...] = (10.0, 0.0)     # pg_sleep per request; 0 = the fast regime
+    pools: tuple[int, ...] = (20, 50)            # connections in the pool
+    clients: int = 200                           # concurrent closed-loop clients (threads or tasks)
+    duration_s: float = 5.0                      # measured window per variant
+    warmup_s: float = 1.0                        # clients run, nothing recorded
+    rows: int = 100_000                          # size of the acct table
+    calibration_requests: int = 50               # sequential single-client requests per variant
+    psycopg_autocommit: bool = False             # the seed uses psycopg's default (transactions)
+    seed: int = 20261130                         # per-client random ids: Random(f"{seed}:{task}")
+    timeout_s: float = 900.0
+
+    def validate(self) -> None:
+        super().validate()
+        self.require_choice("models", MODELS)
+        self.require_positive("pools", "clients", "duration_s", "calibration_requests")
+        self.require_non_negative("slow_ms")
+        if self.rows < 2:
+            raise HarnessError(f"parameter rows must be at least 2, got {self.rows}")
+        if not self.models or not self.pools or not self.slow_ms:
+            raise HarnessError("parameters models, pools and slow_ms must each name at least one value")
+
+    def child_timeout_s(self, slow_ms: float) -> float:
+        calibration = self.calibration_requests * (slow_ms / 1000.0 + 0.05)
+        return self.warmup_s + self.duration_s + calibration + CHILD_OVERHEAD_S
+
+
+def variant_name(model: str, slow_ms: float, pool: int) -> str:
+    return variant_id(model, slow_ms=fmt_ms(slow_ms), pool=pool)
+
+
+def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
+    return f"{model}_slow{fmt_ms(slow_ms)}_pool{pool}"
+
+
+class PgModels(Experiment):
+    name = "pg_models"
+    title = "Threads vs asyncio against PostgreSQL: five client models, slow and fast queries, two pools"
+    needs = ("postgres",)
+    params_type = PgModelsParams
+    profiles = {
+        "full": {},
+        "quick": {"clients": 100, "duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
+        "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
+                  "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0},
+    }
+
+    def datasets(self, p: PgModelsParams) -> list:
+        return [datasets.Accounts(p.rows)]
+
+    def run(self, ctx: Context) -> None:
+        p: PgModelsParams = ctx.params
+        dsn = ctx.servers.postgres_dsn
+        pid, how = find_postmaster(dsn, ctx.servers.postgres.pids)
+        ctx.note("server_cpu", {"postmaster_pid": pid, "found": how,
+                                "measured": pid is not None,
+                                "note": "server CPU = postmaster + descendants over each window; "
+                                        "NaN when the server is not a process on this machine"})
+        ctx.note("cpu_count", os.cpu_count())
+        ctx.note("cpu_affinity", sorted(os.sched_getaffinity(0)))
+        ctx.note("load_average_before", list(os.getloadavg()))
+        failed = []
+        for slow in p.slow_ms:
+            for pool in p.pools:
+                for model in p.models:
+                    spec = VariantSpec(
+                        variant=variant_name(model, slow, pool), model=model, dsn=dsn, pool=pool,
+                        clients=p.clients, slow_ms=slow, warmup_s=p.warmup_s, duration_s=p.duration_s,
+                        rows=p.rows, seed=p.seed, calibration_requests=p.calibration_requests,
+                        postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit)
+                    ctx.log.info("running %s", spec.variant)
+                    if not self._run_variant(ctx, spec, p.child_timeout_s(slow)):
+                        failed.append(spec.variant)
+        ctx.note("load_average_after", list(os.getloadavg()))
+        ctx.note("variants_failed", failed)
+        total = len(p.slow_ms) * len(p.pools) * len(p.models)
+        if len(failed) == total:
+            raise HarnessError(f"all {total} variants failed; see the failures table and artifacts")
+
+    def _run_variant(self, ctx: Context, spec: VariantSpec, timeout_s: float) -> bool:
+        """Run one variant in a child; record its rows, or its failure. True if it succeeded."""
+        stem = artifact_stem(spec.model, spec.slow_ms, spec.pool)
+        log_path = ctx.artifacts / f"{stem}.log"
+        keys = {"model": spec.model, "regime": regime_name(spec.slow_ms), "slow_ms": spec.slow_ms,
+                "pool": spec.pool}
+        with tempfile.TemporaryDirectory(prefix="pg_models-") as tmp:
+            spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+            spec_path.write_text(json.dumps(asdict(spec)))  # holds the DSN: lives only in tmp
+            spec_path.chmod(0o600)
+            proc = processes.start(f"pg_models:{stem}",
+                                   [sys.executable, "-m", "harness.pg_workload", str(spec_path),
+                                    str(out_path)],
+                                   log_path, cwd=REPO_ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            error = None
+            try:
+                proc.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                error = f"timed out after {timeout_s:g} s"
+            finally:
+                proc.stop()
+            result = json.loads(out_path.read_text()) if out_path.exists() else {}
+        if error is None:
+            error = result.get("error")
+            if not result:
+                error = f"child exited with code {proc.poll()} without a result"
+        if error is not None:
+            ctx.record("failures", [{"variant": spec.variant, "model": spec.model,
+                                     "slow_ms": spec.slow_ms, "pool": spec.pool, "error": error,
+                                     "returncode": proc.poll(), "log_tail": proc.log_tail(30)}])
+            ctx.log.warning("%s failed: %s", spec.variant, error)
+            return False
+        window = result["window"]
+        lead = {k: window.pop(k) for k in ("wall_s", "cpu_s", "cpu_user_s", "cpu_system_s", "ops")}
+        ctx.record("windows", [{"variant": spec.variant, **lead, **window}])
+        samples = pd.DataFrame(result["samples"])
+        samples.insert(0, "variant", spec.variant)
+        for k, v in keys.items():
+            samples[k] = v
+        ctx.record("samples", samples.astype({"task": "int32", "ok": "bool"}))
+        ctx.record("calibration", pd.DataFrame({"variant": spec.variant, **keys,
+                                                "latency_s": result["calibration_latency_s"]}))
+        return True
+
+
+EXPERIMENT = PgModels()

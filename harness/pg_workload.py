@@ -1,0 +1,462 @@
+"""Seed 002's request, the five client models that run it, and the server-CPU probe.
+
+The request (seed 002, step 1) runs three queries on one pooled connection: a primary-key lookup,
+a small range count (`id BETWEEN i AND i + 50`) and another lookup (`i + 1`), with an optional
+server-side `pg_sleep` before the last one standing in for a slow query. One function per driver
+family holds it (`request_sync`, `request_psycopg_async`, `request_asyncpg`); every model below
+calls one of them, and `pg_ceiling` gives pgbench the same three statements (`PGBENCH_SCRIPT`).
+
+Client models (`MODELS`):
+    threads_psycopg   ThreadPoolExecutor of `clients` threads, psycopg + psycopg_pool.ConnectionPool
+    asyncio_psycopg   asyncio (default loop), psycopg AsyncConnectionPool
+    asyncio_asyncpg   asyncio (default loop), asyncpg pool
+    uvloop_asyncpg    uvloop, asyncpg pool
+    uvloop_psycopg    uvloop, psycopg AsyncConnectionPool (beyond the seed)
+
+Drivers are used with their defaults, as the seed does: a psycopg pool connection is not in
+autocommit, so each psycopg request is wrapped in BEGIN ... COMMIT (the pool commits when the block
+ends); asyncpg runs each statement on its own (no transaction) with its prepared-statement cache.
+`psycopg_autocommit=True` in the spec switches psycopg to autocommit.
+
+One variant (model x slow_ms x pool) runs in its own interpreter: `python -m harness.pg_workload
+SPEC.json` (started by `pg_models` through `harness.processes`). The child
+1. opens the pool (all connections, outside any timing);
+2. starts `clients` closed-loop clients (each issues its next request as soon as the last returns);
+3. after `warmup_s` opens the measured window (a `Window` from experiments/base.py: wall time and
+   this process's CPU), keeps it open `duration_s`, closes it, then stops the clients and drains;
+4. calibrates the per-request database time on the now warm pool: `calibration_requests`
+   requests issued one after another by a single client, so nothing queues (their latencies are
+   returned raw; the analysis takes their median as the per-request database time of the pool
+   bound);
+5. writes the window row and every request that started and finished inside the window to OUT.
+
+A monitor thread, not the event loop, opens and closes the window, so a saturated loop cannot
+stretch it; the window's bounds are the times actually taken. Server CPU over the same window is
+the CPU time of the PostgreSQL postmaster and all its descendants (`ServerCPU`), and the whole
+machine's busy CPU time (`machine_busy_s`: every process, including anything else running on a
+shared machine), both read just outside the client-CPU window so the scan is not charged to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from .experiments.base import Window
+
+MODELS = ("threads_psycopg", "asyncio_psycopg", "asyncio_asyncpg", "uvloop_asyncpg", "uvloop_psycopg")
+SEED_MODELS = MODELS[:4]          # the four the seed measured
+POOL_OPEN_TIMEOUT_S = 30.0        # psycopg_pool retries connecting until then
+CONSECUTIVE_ERRORS_MAX = 50       # a client that fails this many times in a row stops (no spinning)
+
+# psycopg placeholders (%s) -------------------------------------------------------------------------
+Q_LOOKUP = "SELECT owner, balance FROM acct WHERE id = %s"
+Q_RANGE = "SELECT count(*) FROM acct WHERE id BETWEEN %s AND %s + 50"
+Q_SLEEP = "SELECT pg_sleep(%s)"
+# asyncpg placeholders ($n) -------------------------------------------------------------------------
+A_LOOKUP = "SELECT owner, balance FROM acct WHERE id = $1"
+A_RANGE = "SELECT count(*) FROM acct WHERE id BETWEEN $1 AND $1 + 50"
+A_SLEEP = "SELECT pg_sleep($1)"
+
+# pgbench: the same three statements; :rows and :sleep_s come from -D, each statement autocommits.
+PGBENCH_SCRIPT = """\\set i random(1, :rows - 1)
+SELECT owner, balance FROM acct WHERE id = :i;
+SELECT count(*) FROM acct WHERE id BETWEEN :i AND :i + 50;
+{sleep}SELECT owner, balance FROM acct WHERE id = :i + 1;
+"""
+PGBENCH_SLEEP = "SELECT pg_sleep(:sleep_s);\n"
+
+
+def pgbench_script(slow_ms: float) -> str:
+    return PGBENCH_SCRIPT.format(sleep=PGBENCH_SLEEP if slow_ms > 0 else "")
+
+
+def regime_name(slow_ms: float) -> str:
+    """`slow` when a pg_sleep is added to each request, `fast` when not."""
+    return "slow" if slow_ms > 0 else "fast"
+
+
+def fmt_ms(slow_ms: float) -> str:
+    return f"{slow_ms:g}"
+
+
+# ------------------------------------------------------------------------------------ the request
+# Each returns (t_acquired, t_released): perf_counter() when the pool handed over a connection and
+# when the last query returned, so wait = t_acquired - start and hold = t_released - t_acquired.
+
+def request_sync(pool, i: int, slow_s: float) -> tuple[float, float]:
+    with pool.connection() as c:
+        t_acq = time.perf_counter()
+        c.execute(Q_LOOKUP, (i,)).fetchone()
+        c.execute(Q_RANGE, (i, i)).fetchone()
+        if slow_s:
+            c.execute(Q_SLEEP, (slow_s,))
+        c.execute(Q_LOOKUP, (i + 1,)).fetchone()
+        t_rel = time.perf_counter()
+    return t_acq, t_rel
+
+
+async def request_psycopg_async(pool, i: int, slow_s: float) -> tuple[float, float]:
+    async with pool.connection() as c:
+        t_acq = time.perf_counter()
+        await (await c.execute(Q_LOOKUP, (i,))).fetchone()
+        await (await c.execute(Q_RANGE, (i, i))).fetchone()
+        if slow_s:
+            await c.execute(Q_SLEEP, (slow_s,))
+        await (await c.execute(Q_LOOKUP, (i + 1,))).fetchone()
+        t_rel = time.perf_counter()
+    return t_acq, t_rel
+
+
+async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float]:
+    async with pool.acquire() as c:
+        t_acq = time.perf_counter()
+        await c.fetchrow(A_LOOKUP, i)
+        await c.fetchval(A_RANGE, i)
+        if slow_s:
+            await c.execute(A_SLEEP, slow_s)
+        await c.fetchrow(A_LOOKUP, i + 1)
+        t_rel = time.perf_counter()
+    return t_acq, t_rel
+
+
+# ------------------------------------------------------------------------------- server CPU probe
+
+class ServerCPU:
+    """CPU seconds (user + system) of a PostgreSQL server's processes: the postmaster and every
+    descendant (backends, background workers). Only for a server on this machine whose postmaster
+    pid is known; `available` is False otherwise and `read()` returns NaN.
+
+    Backends that exit between two reads take their CPU with them, and backends that start count
+    from zero, so it is exact only while the set of connections is stable (as in a pool's window).
+    Any other client of the same cluster (e.g. FerretDB when it shares it) is counted too.
+    """
+
+    def __init__(self, postmaster_pid: int | None):
+        import psutil
+
+        self._psutil = psutil
+        self.pid = postmaster_pid
+        self.source = "none"
+        self.available = False
+        if postmaster_pid:
+            try:
+                psutil.Process(postmaster_pid).cpu_times()
+                self.available = True
+                self.source = "postmaster+descendants"
+            except (psutil.Error, OSError):
+                self.source = f"postmaster pid {postmaster_pid} not readable"
+        self.processes = 0
+
+    def read(self) -> float:
+        if not self.available:
+            return float("nan")
+        psutil = self._psutil
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return float("nan")
+        total = 0.0
+        n = 0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue  # exited between listing and reading
+            total += t.user + t.system
+            n += 1
+        self.processes = n
+        return total
+
+
+def find_postmaster(dsn: str, known_pids: list[int] | None) -> tuple[int | None, str]:
+    """The postmaster pid of the server at `dsn`, if it runs on this machine, and how it was found.
+
+    The harness's local cluster records it (`Server.pids[0]`); otherwise, for a loopback DSN, a
+    process named postgres whose command line carries `-p <port>` and has no postgres parent.
+    """
+    if known_pids:
+        return known_pids[0], "harness server pid"
+    try:
+        parts = urlsplit(dsn)
+        host, port = parts.hostname, parts.port or 5432
+    except ValueError:
+        return None, "unparsable DSN"
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None, f"server not on this machine ({host})"
+    import psutil
+
+    for p in psutil.process_iter(["name", "cmdline", "ppid"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["name"] != "postgres" or "-p" not in cmd:
+                continue
+            if cmd[cmd.index("-p") + 1] == str(port):
+                return p.pid, "found by port"
+        except (psutil.Error, IndexError, ValueError):
+            continue
+    return None, f"no local postmaster found for port {port} (docker or remote server)"
+
+
+# ------------------------------------------------------------------------------------ one variant
+
+@dataclass(frozen=True)
+class VariantSpec:
+    variant: str
+    model: str
+    dsn: str
+    pool: int
+    clients: int
+    slow_ms: float
+    warmup_s: float
+    duration_s: float
+    rows: int
+    seed: int
+    calibration_requests: int
+    postmaster_pid: int | None
+    psycopg_autocommit: bool = False
+
+
+class _State:
+    """Shared between clients and the monitor thread (plain attribute reads are atomic)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.open_at = math.inf     # perf_counter() bounds of the measured window
+        self.close_at = math.inf
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all processes of this machine have been busy (all cores: not idle, not iowait)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
+        - getattr(t, "guest_nice", 0.0)  # guest time is already counted in user/nice
+
+
+def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> None:
+    """Open the window after the warm-up, close it `duration_s` later, then stop the clients."""
+    try:
+        time.sleep(spec.warmup_s)
+        s0, m0 = server.read(), machine_busy_s()
+        procs0 = server.processes
+        w = Window(spec.variant, {})
+        w.__enter__()
+        state.open_at = w.t0
+        time.sleep(spec.duration_s)
+        w.__exit__(None, None, None)
+        state.close_at = w.t0 + w.wall_s
+        s1, m1 = server.read(), machine_busy_s()
+        out.update(open_at=state.open_at, close_at=state.close_at, wall_s=w.wall_s, cpu_s=w.cpu_s,
+                   cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, server_cpu_s=s1 - s0,
+                   machine_busy_s=m1 - m0, server_procs_open=procs0,
+                   server_procs_close=server.processes, threads_in_process=threading.active_count())
+    finally:
+        state.stop = True
+
+
+def _rng(spec: VariantSpec, task: int) -> random.Random:
+    return random.Random(f"{spec.seed}:{task}")
+
+
+def _error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+
+
+def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -> None:
+    rng, slow_s, hi = _rng(spec, task), spec.slow_ms / 1000.0, spec.rows - 1
+    consecutive = 0
+    while not state.stop:
+        i = rng.randint(1, hi)
+        t0 = time.perf_counter()
+        try:
+            t_acq, t_rel = request_sync(pool, i, slow_s)
+            err = ""
+            consecutive = 0
+        except Exception as e:  # recorded as a failed request; the client goes on
+            t_acq = t_rel = math.nan
+            err = _error_text(e)
+            consecutive += 1
+        log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
+        if consecutive >= CONSECUTIVE_ERRORS_MAX:
+            return
+
+
+async def _client_async(spec: VariantSpec, task: int, request: Callable, pool, state: _State,
+                        log: list) -> None:
+    rng, slow_s, hi = _rng(spec, task), spec.slow_ms / 1000.0, spec.rows - 1
+    consecutive = 0
+    while not state.stop:
+        i = rng.randint(1, hi)
+        t0 = time.perf_counter()
+        try:
+            t_acq, t_rel = await request(pool, i, slow_s)
+            err = ""
+            consecutive = 0
+        except Exception as e:
+            t_acq = t_rel = math.nan
+            err = _error_text(e)
+            consecutive += 1
+        log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
+        if consecutive >= CONSECUTIVE_ERRORS_MAX:
+            return
+
+
+def _calibrate_sync(spec: VariantSpec, pool) -> list[float]:
+    rng, out = _rng(spec, -1), []
+    for _ in range(spec.calibration_requests):
+        t0 = time.perf_counter()
+        request_sync(pool, rng.randint(1, spec.rows - 1), spec.slow_ms / 1000.0)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def _calibrate_async(spec: VariantSpec, request: Callable, pool) -> list[float]:
+    rng, out = _rng(spec, -1), []
+    for _ in range(spec.calibration_requests):
+        t0 = time.perf_counter()
+        await request(pool, rng.randint(1, spec.rows - 1), spec.slow_ms / 1000.0)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _run_threads(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list[float]]:
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
+                          kwargs={"autocommit": spec.psycopg_autocommit})
+    pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
+    try:
+        state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
+        with ThreadPoolExecutor(max_workers=spec.clients) as ex:
+            futures = [ex.submit(_client_sync, spec, t, pool, state, logs[t]) for t in range(spec.clients)]
+            _monitor(spec, state, server, window)
+            for f in futures:
+                f.result()
+        calib = _calibrate_sync(spec, pool)
+    finally:
+        pool.close()
+    return window, [r for log in logs for r in log], calib
+
+
+async def _run_async(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list[float]]:
+    if spec.model.endswith("asyncpg"):
+        import asyncpg
+
+        pool = await asyncpg.create_pool(spec.dsn, min_size=spec.pool, max_size=spec.pool)
+        request, close = request_asyncpg, pool.close
+    else:
+        from psycopg_pool import AsyncConnectionPool
+
+        pool = AsyncConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
+                                   kwargs={"autocommit": spec.psycopg_autocommit})
+        await pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
+        request, close = request_psycopg_async, pool.close
+    try:
+        state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
+        tasks = [asyncio.create_task(_client_async(spec, t, request, pool, state, logs[t]))
+                 for t in range(spec.clients)]
+        monitor = threading.Thread(target=_monitor, args=(spec, state, server, window), daemon=True)
+        monitor.start()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            state.stop = True
+            await asyncio.to_thread(monitor.join)
+        calib = await _calibrate_async(spec, request, pool)
+    finally:
+        await close()
+    return window, [r for log in logs for r in log], calib
+
+
+def run_variant(spec: VariantSpec) -> dict[str, Any]:
+    """Measure one variant in this process.
+
+    Returns {"window": {...}, "samples": {column: [...]}, "calibration_latency_s": [...]}.
+    """
+    if spec.model not in MODELS:
+        raise ValueError(f"unknown model {spec.model!r}; known: {', '.join(MODELS)}")
+    server = ServerCPU(spec.postmaster_pid)
+    if spec.model == "threads_psycopg":
+        window, log, calib = _run_threads(spec, server)
+        loop, driver = "threads", "psycopg"
+    else:
+        loop, driver = spec.model.split("_", 1)
+        if loop == "uvloop":
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        else:
+            factory = asyncio.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            window, log, calib = runner.run(_run_async(spec, server))
+    if "wall_s" not in window:
+        raise RuntimeError("the measured window never closed")
+    return _package(spec, window, log, calib, server, loop, driver)
+
+
+def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    open_at, close_at = window.pop("open_at"), window.pop("close_at")
+    cols = {k: [] for k in ("task", "start_s", "latency_s", "ok", "wait_s", "hold_s", "error")}
+    ops_all = errors = 0
+    for task, t0, t1, t_acq, t_rel, err in log:
+        ops_all += 1
+        if t0 < open_at or t1 > close_at:
+            continue  # warm-up, or still in flight when the window closed
+        cols["task"].append(task)
+        cols["start_s"].append(t0 - open_at)
+        cols["latency_s"].append(t1 - t0)
+        cols["ok"].append(not err)
+        cols["wait_s"].append(t_acq - t0)
+        cols["hold_s"].append(t_rel - t_acq)
+        cols["error"].append(err)
+        errors += bool(err)
+    driver_pkg = "asyncpg" if driver == "asyncpg" else "psycopg"
+    window.update(
+        ops=len(cols["task"]) - errors, errors=errors, ops_all=ops_all,
+        model=spec.model, regime=regime_name(spec.slow_ms), slow_ms=spec.slow_ms, pool=spec.pool,
+        clients=spec.clients, duration_s=spec.duration_s, warmup_s=spec.warmup_s, rows=spec.rows,
+        loop=loop, driver=f"{driver_pkg} {version(driver_pkg)}",
+        loop_impl=(f"uvloop {version('uvloop')}" if loop == "uvloop" else loop),
+        psycopg_autocommit=spec.psycopg_autocommit if driver_pkg == "psycopg" else None,
+        calibration_requests=len(calib),
+        server_cpu_source=server.source,
+        gil_enabled=bool(getattr(sys, "_is_gil_enabled", lambda: True)()),
+        python=sys.version.split()[0],
+    )
+    return {"window": window, "samples": cols, "calibration_latency_s": calib}
+
+
+def main(argv: list[str]) -> int:
+    spec_path, out_path = argv[1], argv[2]
+    with open(spec_path) as f:
+        spec = VariantSpec(**json.load(f))
+    try:
+        result = run_variant(spec)
+    except BaseException as e:  # the parent records the failure; the other variants go on
+        result = {"error": _error_text(e), "traceback": traceback.format_exc()}
+        print(result["traceback"], file=sys.stderr)
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, allow_nan=True)
+    os.replace(tmp, out_path)
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

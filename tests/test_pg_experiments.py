@@ -1,0 +1,181 @@
+"""pg_models and pg_ceiling at smoke size against the real PostgreSQL server: data shape and
+sanity (every client present, positive latencies, CPU recorded, throughput consistent with the
+counts), never speed. Plus the analysis on the same raw data, and failure recording."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness import registry, stats
+from harness.analysis import postgres
+from harness.pg_workload import MODELS, regime_name
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def models_run(stack, tmp_path_factory):
+    """One smoke repeat of pg_models, run in a worker as the study does."""
+    return _run(stack, tmp_path_factory, "pg_models")
+
+
+@pytest.fixture(scope="module")
+def ceiling_run(stack, tmp_path_factory):
+    return _run(stack, tmp_path_factory, "pg_ceiling")
+
+
+def _run(stack, tmp_path_factory, name, **overrides):
+    import pandas as pd
+
+    from harness import study
+
+    planned = study.plan([name], "smoke", overrides)[0]
+    for d in planned.experiment.datasets(planned.params):
+        d.ensure(stack)
+    out = tmp_path_factory.mktemp(name) / "r0"
+    result = study.run_repeat(planned, stack, out, 0, "smoke")
+    tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
+    return planned.params, result, tables, out
+
+
+def test_registered_with_profiles():
+    for name in ("pg_models", "pg_ceiling"):
+        exp = registry.get(name)
+        assert set(exp.profiles) == {"full", "quick", "smoke"}
+        full = exp.params("full")
+        assert full.clients == 200 or full.clients[0] == 200
+        assert full.duration_s == 5.0
+    assert registry.get("pg_models").params("full").models == MODELS
+
+
+def test_pg_models_shape_and_sanity(models_run):
+    p, result, tables, _ = models_run
+    assert result["status"] == "ok", result.get("error")
+    assert "failures" not in tables
+    w, s, c = tables["windows"], tables["samples"], tables["calibration"]
+    expected = len(p.models) * len(p.slow_ms) * len(p.pools)
+    assert len(w) == expected and w["variant"].is_unique
+    assert set(w["model"]) == set(p.models)
+    for col in ("variant", "task", "start_s", "latency_s", "ok", "wait_s", "hold_s", "model", "pool"):
+        assert col in s.columns
+    assert set(s["variant"]) == set(w["variant"])
+    for _, row in w.iterrows():
+        mine = s[s["variant"] == row["variant"]]
+        assert row["clients"] == p.clients
+        assert set(mine["task"]) == set(range(p.clients)), "every client completed a request"
+        assert mine["ok"].all() and row["errors"] == 0
+        assert (mine["latency_s"] > 0).all()
+        assert (mine["start_s"] >= 0).all()
+        assert (mine["start_s"] + mine["latency_s"] <= row["wall_s"] + 1e-6).all()
+        assert (mine["hold_s"] > 0).all() and (mine["wait_s"] >= 0).all()
+        assert (mine["wait_s"] + mine["hold_s"] <= mine["latency_s"] + 1e-6).all()
+        if row["slow_ms"] > 0:  # every request held its connection at least through the pg_sleep
+            assert (mine["hold_s"] >= row["slow_ms"] / 1000.0).all()
+        assert row["ops"] == len(mine) and row["ops_all"] >= row["ops"]
+        assert row["cpu_s"] > 0 and abs(row["wall_s"] - p.duration_s) < 0.25
+        assert row["server_cpu_s"] >= 0 and row["server_cpu_source"] == "postmaster+descendants"
+        assert row["machine_busy_s"] >= row["cpu_s"] * 0.5
+        assert row["regime"] == regime_name(row["slow_ms"])
+        assert (c["variant"] == row["variant"]).sum() == p.calibration_requests
+    assert (c["latency_s"] > 0).all()
+    # artifacts: one child log per variant
+    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected
+
+
+def test_pg_models_analysis(models_run, tmp_path):
+    run = _as_run(models_run, "pg_models", tmp_path)
+    t = postgres.models_table(run)
+    w = models_run[2]["windows"]
+    assert len(t) == len(w)
+    for _, r in t.iterrows():
+        win = w[w["variant"] == r["variant"]].iloc[0]
+        assert math.isclose(r["rps"], win["ops"] / win["wall_s"])
+        assert r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"]
+        assert r["cpu_us_per_req"] > 0 and r["pool_bound_rps"] > 0
+        assert 0 < r["jain"] <= 1 and r["ops_per_client_min"] >= 1
+        assert r["limit"] in ("pool", "client CPU", "machine CPU", "not identified")
+    m = postgres.metrics(run)
+    assert all(isinstance(v, float) for v in m.values())
+    p = models_run[0]
+    for model in p.models:
+        for slow in p.slow_ms:
+            for pool in p.pools:
+                base = f"pg_models.{regime_name(slow)}.pool{pool}.{model}"
+                for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "littles_law_ms"):
+                    assert f"{base}.{q}" in m
+    assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
+    assert "pg_models.fast.pool%d.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" % p.pools[0] in m
+    table = postgres.seed_table(run)
+    assert not table.empty and "threads + psycopg" in table.columns
+
+
+def test_pg_ceiling_shape_and_sanity(ceiling_run):
+    p, result, tables, out = ceiling_run
+    assert result["status"] == "ok", result.get("error")
+    w, s, b = tables["windows"], tables["samples"], tables["pgbench"]
+    expected = len(p.modes) * len(p.slow_ms) * len(p.clients)
+    assert len(w) == len(b) == expected
+    assert (b["returncode"] == 0).all() and (b["tps_reported"] > 0).all()
+    assert (b["log_transactions"] == b["transactions_reported"]).all()
+    for _, row in w.iterrows():
+        mine = s[s["variant"] == row["variant"]]
+        assert row["pool"] == row["clients"] and "no pool" in row["pool_note"]
+        assert set(mine["task"]) == set(range(row["clients"]))
+        assert (mine["latency_s"] > 0).all() and mine["ok"].all()
+        assert row["ops"] == len(mine) > 0
+        assert row["cpu_s"] > 0 and row["server_cpu_s"] > 0
+    arts = {f.name for f in (out / "artifacts").iterdir()}
+    assert sum(n.endswith(".out") for n in arts) == expected
+    assert sum(n.endswith(".log.gz") for n in arts) == expected
+
+
+def test_pg_ceiling_metrics(ceiling_run, tmp_path):
+    run = _as_run(ceiling_run, "pg_ceiling", tmp_path)
+    m = postgres.metrics(run)
+    assert m["pg_ceiling.fast.tps"] > 0 and m["pg_ceiling.slow.tps"] > 0
+    t = postgres.ceiling_table(run)
+    assert (t["rps"] > 0).all()
+
+
+def test_failed_variant_is_recorded_and_others_go_on(stack, tmp_path_factory):
+    """A variant that cannot run (a pool larger than the server's max_connections) fails alone."""
+    p, result, tables, _ = _run(stack, tmp_path_factory, "pg_models", models="uvloop_asyncpg",
+                                slow_ms="0", pools="4,600", duration_s=0.2, warmup_s=0.1)
+    assert result["status"] == "ok", result.get("error")
+    f = tables["failures"]
+    assert list(f["pool"]) == [600] and f["error"].str.len().gt(0).all()
+    assert set(tables["windows"]["pool"]) == {4}
+
+
+def test_limiting_resource_rule():
+    assert postgres.limiting_resource("asyncio_asyncpg", 95, 100, 50, 10, 60, 2)[0] == "pool"
+    assert postgres.limiting_resource("asyncio_asyncpg", 50, 100, 97, 10, 120, 2)[0] == "client CPU"
+    assert postgres.limiting_resource("threads_psycopg", 50, 100, 97, 10, 120, 2)[0] == "not identified"
+    assert postgres.limiting_resource("threads_psycopg", 50, 100, 120, 70, 195, 2)[0] == "machine CPU"
+    assert postgres.limiting_resource("threads_psycopg", 50, 100, 190, 0, math.nan, 2)[0] == "client CPU"
+
+
+def test_stats_used_for_percentiles(models_run):
+    s = models_run[2]["samples"]
+    one = s[s["variant"] == s["variant"].iloc[0]]
+    assert np.isclose(stats.percentiles(one["latency_s"], [50])[0] * 1000,
+                      stats.latency_summary(one["latency_s"])["p50_ms"])
+
+
+def _as_run(fixture, name, tmp_path):
+    """Wrap one repeat directory as a store.Run (manifest with the machine's core count)."""
+    import os
+    import shutil
+
+    from harness import environment, store
+
+    root = tmp_path / "run"
+    shutil.copytree(fixture[3], root / name / "r0")
+    store.write_json_atomic(root / "manifest.json", {
+        "format_version": store.FORMAT_VERSION, "run_id": f"test-{name}", "profile": "smoke",
+        "experiments": {name: {}}, "environment": {"machine": environment.machine()}})
+    assert os.path.exists(root / name / "r0" / "result.json")
+    return store.Run(root)
