@@ -1,0 +1,105 @@
+"""A client per request against one shared client (seed 001, section 1).
+
+`per_request`: create a client, run one `find_one({"customer": c})`, close the client -- timed as a
+whole, `iterations` times in sequence. `shared`: the same query on one client created beforehand.
+Both after `warmup_s` of the same work; on every loop in `loops` and driver in `drivers`.
+
+Variant ids: `per_request[loop=asyncio,driver=pymongo]`, `shared[loop=asyncio,driver=pymongo]`, ...
+Tables:
+- `samples`: variant, mode, loop, driver, task (0), start_s, latency_s (per query, including the
+  client's creation and close for per_request), ok, error.
+- `windows`: variant, wall_s, cpu_s, ops, mode, loop, driver, iterations.
+Notes: `ferretdb_backend_index`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import datasets
+from ..mongo_workload import (DOCUMENTS, DRIVERS, LOOPS, async_client, customer_stream,
+                              ferretdb_backend_index, grid, orders, run_async)
+from .base import Experiment, Params, variant_id
+
+MODES = ("per_request", "shared")
+
+
+@dataclass(frozen=True)
+class ClientParams(Params):
+    documents: int = DOCUMENTS["full"]
+    iterations: int = 1000
+    modes: tuple[str, ...] = MODES
+    loops: tuple[str, ...] = LOOPS
+    drivers: tuple[str, ...] = DRIVERS
+    seed: int = 1
+    backend_index: bool = True
+    timeout_s: float = 300.0
+
+    def validate(self) -> None:
+        super().validate()
+        self.require_positive("documents", "iterations")
+        self.require_choice("modes", MODES)
+        self.require_choice("loops", LOOPS)
+        self.require_choice("drivers", DRIVERS)
+
+
+class ClientPerRequest(Experiment):
+    name = "mongo_client"
+    title = "A client created per request against one shared client"
+    needs = ("mongodb",)
+    params_type = ClientParams
+    profiles = {"full": {},
+                "quick": {"documents": DOCUMENTS["quick"], "iterations": 200, "warmup_s": 0.5},
+                "smoke": {"documents": DOCUMENTS["smoke"], "iterations": 10, "warmup_s": 0.1,
+                          "drivers": ("pymongo",), "loops": ("asyncio",)}}
+
+    def datasets(self, p: ClientParams) -> list:
+        return [datasets.Orders(p.documents)]
+
+    def run(self, ctx) -> None:
+        p: ClientParams = ctx.params
+        with ferretdb_backend_index(ctx, p.backend_index):
+            for loop, driver in grid(p.loops, p.drivers):
+                for mode in p.modes:
+                    variant = variant_id(mode, loop=loop, driver=driver)
+                    rows = run_async(lambda: self._variant(ctx, variant, mode, loop, driver), loop=loop)
+                    ctx.record("samples", [{"variant": variant, "mode": mode, "loop": loop, "driver": driver,
+                                            **r} for r in rows])
+
+    async def _variant(self, ctx, variant: str, mode: str, loop: str, driver: str) -> list[dict]:
+        p: ClientParams = ctx.params
+        uri = ctx.servers.mongodb_uri
+        perf = time.perf_counter
+
+        async def per_request(customer: str) -> None:
+            async with async_client(uri, driver=driver) as client:
+                await orders(client).find_one({"customer": customer})
+
+        async def measure(query, n: int | None, seconds: float, t0: float, seed: int) -> list[dict]:
+            rows, next_customer, stop = [], customer_stream(seed, 0), perf() + seconds
+            while (len(rows) < n) if n is not None else (perf() < stop):
+                start, error = perf(), None
+                try:
+                    await query(next_customer())
+                except Exception as e:
+                    error = f"{type(e).__name__}: {e}"[:300]
+                rows.append({"task": 0, "start_s": start - t0, "latency_s": perf() - start,
+                             "ok": error is None, "error": error})
+            return rows
+
+        async with async_client(uri, driver=driver) as shared_client:
+            col = orders(shared_client)
+
+            async def shared(customer: str) -> None:
+                await col.find_one({"customer": customer})
+
+            query = per_request if mode == "per_request" else shared
+            await measure(query, None, p.warmup_s, perf(), p.seed + 1)
+            with ctx.window(variant, mode=mode, loop=loop, driver=driver, iterations=p.iterations) as w:
+                rows = await measure(query, p.iterations, 0.0, w.t0, p.seed)
+                w.ops = sum(r["ok"] for r in rows)
+        return rows
+
+
+EXPERIMENT = ClientPerRequest()

@@ -1,0 +1,77 @@
+"""Pool fairness: 200 tasks on a 10-connection pool (seed 001, section 4).
+
+`tasks` tasks each run `find_one({"customer": c})` (indexed field, random customer from a seeded
+RNG) in a closed loop for `duration_s`, after `warmup_s` of the same workload, against:
+- `bare`: `maxPoolSize=pool_size` and nothing else;
+- `semaphore`: the same behind a FIFO `asyncio.Semaphore(pool_size)`;
+- `large_pool`: `maxPoolSize=large_pool_size` (as many connections as tasks).
+Each on every event loop in `loops` and driver in `drivers` (uvloop and Motor are beyond the seed),
+each variant on a fresh loop with its own client. Every operation is recorded, so the median, the
+tail and the per-task completion counts (the starvation) all come from the same raw data.
+
+Variant ids: `bare[pool=10,loop=asyncio,driver=pymongo]`, `semaphore[...]`, `large_pool[pool=200,...]`.
+Tables:
+- `samples`: variant, mode, loop, driver, pool_size, workers, semaphore, task, start_s, latency_s,
+  ok, error (one row per find_one; start_s from the window's start).
+- `windows`: variant, wall_s, cpu_s, ops, mode, loop, driver, pool_size, workers, semaphore, duration_s.
+Notes: `ferretdb_backend_index` (see `harness.mongo_workload`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import datasets
+from ..mongo_workload import DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index, grid
+from .base import Experiment, Params, variant_id
+
+MODES = ("bare", "semaphore", "large_pool")
+
+
+@dataclass(frozen=True)
+class PoolParams(Params):
+    documents: int = DOCUMENTS["full"]
+    tasks: int = 200
+    duration_s: float = 4.0
+    pool_size: int = 10
+    large_pool_size: int = 200
+    modes: tuple[str, ...] = MODES
+    loops: tuple[str, ...] = LOOPS
+    drivers: tuple[str, ...] = DRIVERS
+    seed: int = 1
+    backend_index: bool = True      # FerretDB only: make the customer index usable (mongo_workload)
+    timeout_s: float = 300.0
+
+    def validate(self) -> None:
+        super().validate()
+        self.require_positive("documents", "tasks", "duration_s", "pool_size", "large_pool_size")
+        self.require_choice("modes", MODES)
+        self.require_choice("loops", LOOPS)
+        self.require_choice("drivers", DRIVERS)
+
+
+class PoolFairness(Experiment):
+    name = "mongo_pool"
+    title = "200 tasks on a 10-connection pool: median, tail and per-task completions"
+    needs = ("mongodb",)
+    params_type = PoolParams
+    profiles = {"full": {},
+                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5},
+                "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
+                          "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
+
+    def datasets(self, p: PoolParams) -> list:
+        return [datasets.Orders(p.documents)]
+
+    def run(self, ctx) -> None:
+        p: PoolParams = ctx.params
+        with ferretdb_backend_index(ctx, p.backend_index):
+            for loop, driver in grid(p.loops, p.drivers):
+                for mode in p.modes:
+                    pool = p.large_pool_size if mode == "large_pool" else p.pool_size
+                    async_variant(ctx, variant_id(mode, pool=pool, loop=loop, driver=driver), loop=loop,
+                                  driver=driver, pool_size=pool, tasks=p.tasks, semaphore=mode == "semaphore",
+                                  duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed, mode=mode)
+
+
+EXPERIMENT = PoolFairness()

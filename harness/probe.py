@@ -1,0 +1,107 @@
+"""A loop-lateness probe: how long the event loop was unable to run a ready task.
+
+A probe task sleeps `interval_s` (1 ms) in a loop and records, for every wake-up, when it was due
+and how late it woke up. While nothing blocks the loop, lateness is the timer's own resolution (a
+fraction of a millisecond on Linux); while something holds the loop -- decoding a large BSON batch,
+a synchronous call -- the next wake-up is late by the length of that stall. So the largest lateness
+is the longest stall the loop suffered, and every other task on the loop would have waited as long.
+
+    async with LoopProbe() as probe:
+        async for doc in cursor: ...
+    probe.samples          # [(offset_s, lateness_s), ...], offsets relative to `t0`
+
+`measure_resolution()` runs the probe with nothing else on the loop and returns its samples and its
+own CPU cost, so every figure measured with it can state the probe's floor and overhead.
+Statistics of the samples belong to `harness.stats`; this module only records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+DEFAULT_INTERVAL_S = 0.001
+
+
+class LoopProbe:
+    """Async context manager recording (offset_s, lateness_s) of each wake-up of a sleeping task.
+
+    `t0` (a `time.perf_counter()` value) is where offsets start: pass a measured window's `t0` so
+    probe samples line up with the operations recorded in that window. Default: when entered.
+    """
+
+    def __init__(self, *, interval_s: float = DEFAULT_INTERVAL_S, t0: float | None = None):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        self.interval_s = interval_s
+        self.t0 = t0
+        self.samples: list[tuple[float, float]] = []
+        self._task: asyncio.Task | None = None
+        self._started = None
+
+    def __repr__(self) -> str:
+        return f"LoopProbe(interval_s={self.interval_s}, samples={len(self.samples)})"
+
+    async def __aenter__(self) -> "LoopProbe":
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        self._started = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._run(), name="loop-probe")
+        await self._started  # the probe's first sleep is armed before the block starts
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    async def _run(self) -> None:
+        perf = time.perf_counter
+        sleep = asyncio.sleep
+        interval = self.interval_s
+        append = self.samples.append
+        t0 = self.t0
+        first = True
+        while True:
+            due = perf() + interval
+            if first:
+                self._started.set_result(None)
+                first = False
+            await sleep(interval)
+            now = perf()
+            # The sample is stamped with the moment the wake-up was due, so a stall shows at the
+            # time it began, with its length as the lateness.
+            append((due - t0, now - due))
+
+    @property
+    def max_lateness_s(self) -> float:
+        return max((late for _, late in self.samples), default=float("nan"))
+
+    def rows(self, **fields: Any) -> list[dict[str, Any]]:
+        """The samples as table rows (seq, offset_s, lateness_s) plus the given fields."""
+        return [{**fields, "seq": i, "offset_s": off, "lateness_s": late}
+                for i, (off, late) in enumerate(self.samples)]
+
+
+async def measure_resolution(duration_s: float = 1.0, *,
+                             interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
+    """Run the probe alone for `duration_s`: its floor (lateness with nothing blocking) and cost.
+
+    Returns {"samples": [(offset_s, lateness_s), ...], "wakeups", "duration_s", "cpu_s",
+    "cpu_us_per_wakeup", "cpu_fraction"}: the process CPU the probe used while idle, per wake-up
+    and as a fraction of one core. Summaries of `samples` are left to `harness.stats`.
+    """
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    async with LoopProbe(interval_s=interval_s, t0=t0) as probe:
+        await asyncio.sleep(duration_s)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    n = len(probe.samples)
+    return {"samples": probe.samples, "wakeups": n, "interval_s": interval_s, "duration_s": wall,
+            "cpu_s": cpu, "cpu_us_per_wakeup": cpu / n * 1e6 if n else float("nan"),
+            "cpu_fraction": cpu / wall if wall > 0 else float("nan")}

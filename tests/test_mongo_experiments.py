@@ -1,0 +1,179 @@
+"""The five MongoDB experiments at smoke size against the real server: shape and sanity, not speed.
+
+One run of all five through `study.run` (as users run them), then: every table with its columns,
+values that must hold on any server (latencies positive, tasks in range, documents read = documents
+in the collection, duplicate-key semantics), the analysis module's metrics, and both notebooks
+executed on that run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import store, study
+from harness.analysis import mongo
+from tests.conftest import REPO_ROOT, experiment_tables
+
+MINE = ["mongo_cursor", "mongo_pool", "mongo_client", "mongo_bulk", "mongo_models"]
+SAMPLE_COLUMNS = {"variant", "task", "start_s", "latency_s", "ok"}
+WINDOW_COLUMNS = {"variant", "wall_s", "cpu_s", "ops"}
+
+
+@pytest.fixture(scope="module")
+def mongo_run(stack_env, tmp_path_factory) -> store.Run:
+    data_dir = tmp_path_factory.mktemp("mongo-smoke")
+    saved = {k: os.environ.get(k) for k in stack_env}
+    os.environ.update(stack_env)
+    try:
+        path = study.run(MINE, "smoke", 1, None, data_dir)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return store.Run(path)
+
+
+def _ok(run: store.Run, name: str) -> dict:
+    entry = run.experiments[name]
+    assert entry["status"] == "ok", entry.get("error") or entry
+    return experiment_tables(run, name)
+
+
+def test_cursor(mongo_run):
+    t = _ok(mongo_run, "mongo_cursor")
+    params = mongo_run.experiments["mongo_cursor"]["params"]
+    s, probe = t["samples"], t["probe"]
+    assert SAMPLE_COLUMNS | {"method", "batch_size", "documents"} <= set(s.columns)
+    assert s.ok.all() and (s.documents == params["documents"]).all()
+    expected = 1 + len(params["batch_sizes"]) + 1  # default, each batch size, to_list
+    assert len(s) == expected and s.variant.is_unique
+    assert {"variant", "seq", "offset_s", "lateness_s"} <= set(probe.columns)
+    assert set(probe.variant) == set(s.variant) | {"idle"}
+    assert (probe.lateness_s > -0.001).all()
+    assert len(t["windows"]) == expected and WINDOW_COLUMNS <= set(t["windows"].columns)
+    for v, g in probe[probe.variant != "idle"].groupby("variant"):
+        assert g.offset_s.is_monotonic_increasing and len(g) > 0, v
+
+
+def test_pool(mongo_run):
+    t = _ok(mongo_run, "mongo_pool")
+    params = mongo_run.experiments["mongo_pool"]["params"]
+    s, w = t["samples"], t["windows"]
+    assert SAMPLE_COLUMNS | {"mode", "loop", "driver", "pool_size", "semaphore", "error"} <= set(s.columns)
+    n_variants = len(params["modes"]) * len(params["loops"]) * len(params["drivers"])
+    assert len(w) == n_variants == s.variant.nunique()
+    assert s.ok.all(), s.error.dropna().unique()[:3]
+    assert s.task.between(0, params["tasks"] - 1).all()
+    assert (s.latency_s > 0).all() and (s.start_s >= 0).all()
+    # every operation started inside the window; the tail may end after it (it waited for a connection)
+    assert (s.start_s < params["duration_s"]).all()
+    assert set(w["mode"]) == set(params["modes"])
+    assert set(w.loc[w["mode"] == "large_pool", "pool_size"]) == {params["large_pool_size"]}
+    assert (w.ops == s.groupby("variant").size().reindex(w.variant).to_numpy()).all()
+    notes = mongo_run.result("mongo_pool", 0)["notes"]
+    assert "ferretdb_backend_index" in notes
+
+
+def test_client(mongo_run):
+    t = _ok(mongo_run, "mongo_client")
+    params = mongo_run.experiments["mongo_client"]["params"]
+    s = t["samples"]
+    assert SAMPLE_COLUMNS | {"mode", "loop", "driver"} <= set(s.columns)
+    assert s.ok.all() and (s.latency_s > 0).all()
+    counts = s.groupby("mode").size()
+    assert set(counts.index) == set(params["modes"])
+    assert (counts == params["iterations"] * len(params["loops"]) * len(params["drivers"])).all()
+
+
+def test_bulk(mongo_run, stack):
+    import pymongo
+
+    t = _ok(mongo_run, "mongo_bulk")
+    params = mongo_run.experiments["mongo_bulk"]["params"]
+    s, dup = t["samples"], t["duplicates"]
+    assert SAMPLE_COLUMNS | {"op", "ordered", "docs", "error"} <= set(s.columns)
+    one = s[s.op == "insert_one"]
+    assert len(one) == params["insert_one_count"] and one.ok.all()
+    many = s[s.op == "insert_many"]
+    assert sorted(many.ordered) == [False, True] and many.ok.all()
+    assert (many.n_inserted == params["documents"]).all()
+    ups = s[s.op == "bulk_write_upsert"]
+    new = ups[ups.matching == "0%"]
+    assert len(new) == 1 and new.ok.all() and int(new.n_upserted.iloc[0]) == params["upserts"]
+    # a matching-upsert row exists: measured, or skipped on FerretDB with the reason
+    assert len(ups) == 2 and (ups.ok | ups.error.str.contains("FerretDB", na=False)).all()
+    # duplicate key: unordered stores every other document; ordered stops no earlier than the duplicate
+    # and stores fewer (MongoDB stops exactly there; FerretDB finishes the failing 100-document chunk)
+    assert {"ordered", "batch_docs", "dup_index", "landed", "n_inserted", "write_errors"} <= set(dup.columns)
+    ordered, unordered = (dup[dup.ordered == o].iloc[0] for o in (True, False))
+    assert params["dup_index"] <= ordered.landed < unordered.landed
+    assert ordered.n_inserted == ordered.landed and unordered.n_inserted == unordered.landed
+    assert unordered.landed == params["dup_batch"] - 1
+    assert ordered.write_errors == unordered.write_errors == 1
+    # the scratch collection is gone and `orders` untouched
+    with pymongo.MongoClient(stack.mongodb_uri) as c:
+        assert "orders_bulk_scratch" not in c.study.list_collection_names()
+
+
+def test_models(mongo_run):
+    t = _ok(mongo_run, "mongo_models")
+    params = mongo_run.experiments["mongo_models"]["params"]
+    s, w = t["samples"], t["windows"]
+    n_async = len(params["semaphores"]) * len(params["loops"]) * len(params["drivers"])
+    assert len(w) == len(params["thread_counts"]) + n_async
+    assert set(w["mode"]) == {"threads", "async"}
+    assert (w.cpu_s > 0).all() and (w.ops > 0).all()
+    assert s.ok.all() and set(s.variant) == set(w.variant)
+    threads = w[w["mode"] == "threads"]
+    assert sorted(threads.workers) == sorted(params["thread_counts"])
+    assert (threads.pool_size == threads.workers).all()
+
+
+def test_metrics_name_every_seed_quantity(mongo_run):
+    m = mongo.metrics(mongo_run)
+    for name in ["mongo_cursor.default.max_stall_ms", "mongo_cursor.batch_size_1000.max_stall_ms",
+                 "mongo_cursor.default.total_s", "mongo_cursor.batch_size_1000.total_s",
+                 "mongo_cursor.to_list.max_stall_ms", "mongo_cursor.probe.idle_max_ms",
+                 "mongo_pool.bare.max_ms", "mongo_pool.bare.p50_ms", "mongo_pool.bare.p99_9_ms",
+                 "mongo_pool.bare.ops_per_task_min", "mongo_pool.bare.ops_per_task_max",
+                 "mongo_pool.bare.throughput_qps", "mongo_pool.semaphore.max_ms", "mongo_pool.semaphore.p50_ms",
+                 "mongo_pool.semaphore.p99_ms", "mongo_pool.semaphore.throughput_qps",
+                 "mongo_pool.semaphore.ops_per_task_min", "mongo_pool.large_pool.max_ms",
+                 "mongo_pool.bare_uvloop.max_ms",
+                 "mongo_client.per_request_ms", "mongo_client.shared_ms", "mongo_client.ratio",
+                 "mongo_bulk.insert_one_us_per_doc", "mongo_bulk.insert_one_extrapolated_s",
+                 "mongo_bulk.insert_many_s", "mongo_bulk.insert_many_unordered_s",
+                 "mongo_bulk.dup_ordered_landed", "mongo_bulk.dup_unordered_landed",
+                 "mongo_models.async_bare.throughput_qps", "mongo_models.async_bare.cpu_us_per_query",
+                 "mongo_models.async_semaphore.cpu_us_per_query"]:
+        assert name in m, name
+        assert math.isfinite(m[name]), name
+    threads = [k for k in m if k.startswith("mongo_models.threads") and k.endswith(".cpu_us_per_query")]
+    assert threads and all(m[k] > 0 for k in threads)
+    assert m["mongo_pool.bare.ops_per_task_min"] <= m["mongo_pool.bare.ops_per_task_max"]
+    assert m["mongo_pool.bare.p50_ms"] <= m["mongo_pool.bare.max_ms"]
+    assert not mongo.pool_completions(mongo_run).empty
+
+
+@pytest.mark.parametrize("notebook", ["01_mongo_cursor_pool.ipynb", "02_mongo_client_bulk_models.ipynb"])
+def test_notebook_executes(mongo_run, notebook, tmp_path):
+    nb_dir = REPO_ROOT / "notebooks"
+    figs = tmp_path / "figs"
+    proc = subprocess.run([sys.executable, "-m", "papermill", notebook, str(tmp_path / notebook),
+                           "-p", "run_dir", str(mongo_run.path), "-p", "figures_dir", str(figs),
+                           "-p", "figure_formats", "png", "--no-progress-bar"],
+                          cwd=nb_dir, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = json.loads((figs / "manifest.json").read_text())
+    assert manifest["figures"]
+    for entry in manifest["figures"].values():
+        assert entry["run_id"] == mongo_run.id and entry["notebook"] == notebook
+        assert all("MongoDB" not in label or "FerretDB" not in label for label in entry["servers"].values())
