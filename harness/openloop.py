@@ -1,0 +1,218 @@
+"""An open-loop, constant-arrival-rate HTTP load generator that does not hide stalls.
+
+Why it exists. Locust (like wrk, ab, JMeter) is closed-loop: a user sends its next request only
+after the previous response. When the server stalls, the users stall with it, the requests that
+would have measured the stall are never sent, and the percentiles look better than the service
+a client arriving at random would get ("coordinated omission", Gil Tene). An open-loop generator
+fixes the *schedule* in advance: request i is due at ``t0 + i / rate`` whatever happened before.
+
+Why it is written here. The established tool that measures from the intended send time, wrk2, is
+not packaged for Debian or PyPI. Vegeta (Go, from the module proxy) is open-loop but records each
+hit's actual start only, so the two figures below cannot both be had from it; k6's
+constant-arrival-rate executor drops iterations it cannot start and likewise times from the actual
+start. This module does the one thing needed, the way wrk2 does it.
+
+The model (wrk2's). `connections` keep-alive HTTP/1.1 connections, no pipelining. The schedule is
+shared: a free connection takes the next due request, waits until its intended time if it is
+early, and sends it; if every connection is busy, the request waits (in the generator) for the
+first one to free up. Per request it records
+    intended_s   when it was due (schedule),                 seconds since t0
+    actual_s     when its bytes were written,                seconds since t0
+    end_s        when the response was complete (or failed), seconds since t0
+    corrected_s  end_s - intended_s: what a client arriving on schedule experienced
+    naive_s      end_s - actual_s:   what a wrk-style (closed-loop per connection) tool reports
+When the server stalls for longer than the connections can absorb, requests pile up behind the
+stall *in the generator*: their naive latency starts after the stall and looks fine, their
+corrected latency includes the wait. With ample connections and no stall the two coincide.
+
+Bounded in time: the schedule lasts `duration_s`; requests not yet sent `drain_s` after it ends are
+recorded as unsent (``sent=False``) and in-flight ones then fail with a timeout. Latencies go into
+HdrHistograms through `harness.stats` (all sent requests, whatever their status; `ok` says which
+got HTTP 2xx); percentiles come from `harness.stats.hdr_summary`.
+
+    python -m harness.openloop http://127.0.0.1:8000/listings/top --rate 50 --duration 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import stats
+
+LEAD_S = 0.05  # t0 is this far after start-up, so that request 0 is not late by construction
+
+
+@dataclass
+class OpenLoopResult:
+    url: str
+    rate: float                 # intended requests per second
+    duration_s: float           # length of the schedule
+    connections: int
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0         # t0 until the last request finished (or the drain ended)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.requests, columns=list(_ROW_KEYS))
+
+    def histogram(self, kind: str):
+        """HdrHistogram (integer microseconds) of `corrected` or `naive` latency of sent requests."""
+        if kind not in ("corrected", "naive"):
+            raise ValueError(f"kind must be corrected or naive, got {kind!r}")
+        return stats.hdr_histogram(round(r[f"{kind}_s"] * 1e6) for r in self.requests if r["sent"])
+
+    def summary(self) -> dict[str, Any]:
+        sent = [r for r in self.requests if r["sent"]]
+        return {
+            "url": self.url, "rate": self.rate, "duration_s": self.duration_s,
+            "connections": self.connections, "scheduled": len(self.requests), "sent": len(sent),
+            "ok": sum(r["ok"] for r in sent), "unsent": len(self.requests) - len(sent),
+            "corrected": stats.hdr_summary(self.histogram("corrected")),
+            "naive": stats.hdr_summary(self.histogram("naive")),
+        }
+
+
+_ROW_KEYS = ("seq", "connection", "intended_s", "actual_s", "end_s", "corrected_s", "naive_s",
+             "status", "ok", "sent", "error")
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection; reconnects after an error or `Connection: close`."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, raw: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(raw)
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip().lower()
+        if headers.get("transfer-encoding") == "chunked":
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        elif "content-length" in headers:
+            await self.reader.readexactly(int(headers["content-length"]))
+        else:  # body delimited by close
+            await self.reader.read()
+            headers["connection"] = "close"
+        if headers.get("connection") == "close":
+            self.close()
+        return status
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def run_async(url: str, rate: float, duration_s: float, *, connections: int = 16,
+                    timeout_s: float = 60.0, drain_s: float = 10.0) -> OpenLoopResult:
+    """Send GET `url` at `rate` per second for `duration_s` over `connections` connections."""
+    if rate <= 0 or duration_s <= 0 or connections < 1:
+        raise ValueError("rate and duration_s must be positive and connections at least 1")
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"only http:// URLs are supported, got {url!r}")
+    port = parts.port or 80
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    raw = (f"GET {target} HTTP/1.1\r\nHost: {parts.hostname}:{port}\r\n"
+           f"User-Agent: harness-openloop\r\nAccept: */*\r\n\r\n").encode("latin-1")
+    n = max(1, round(rate * duration_s))
+    result = OpenLoopResult(url, rate, duration_s, connections)
+    rows: list[dict[str, Any] | None] = [None] * n
+    t0 = time.perf_counter() + LEAD_S
+    deadline = t0 + duration_s + drain_s   # nothing is sent, or waited for, past this
+    next_seq = 0
+
+    async def worker(cid: int) -> None:
+        nonlocal next_seq
+        conn = _Connection(parts.hostname, port)
+        try:
+            while next_seq < n:
+                i = next_seq
+                next_seq += 1  # claimed in order: the earliest due request goes to the first free connection
+                intended = t0 + i / rate
+                delay = intended - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                actual = time.perf_counter()
+                if actual >= deadline:
+                    rows[i] = _row(i, cid, intended - t0, None, None, None, "not sent before the drain ended")
+                    continue
+                status, error = None, None
+                try:
+                    async with asyncio.timeout(min(timeout_s, deadline - actual)):
+                        status = await conn.request(raw)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                        ValueError, IndexError) as e:
+                    error = f"{type(e).__name__}: {e}"[:200] if str(e) else type(e).__name__
+                    conn.close()
+                end = time.perf_counter()
+                rows[i] = _row(i, cid, intended - t0, actual - t0, end - t0, status, error)
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(worker(c) for c in range(min(connections, n))))
+    result.requests = [r for r in rows if r is not None]
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _row(seq, cid, intended, actual, end, status, error) -> dict[str, Any]:
+    sent = actual is not None
+    return {"seq": seq, "connection": cid, "intended_s": intended,
+            "actual_s": actual if sent else float("nan"), "end_s": end if sent else float("nan"),
+            "corrected_s": end - intended if sent else float("nan"),
+            "naive_s": end - actual if sent else float("nan"),
+            "status": status if status is not None else -1, "ok": bool(status is not None and 200 <= status < 300),
+            "sent": sent, "error": error or ""}
+
+
+def run(url: str, rate: float, duration_s: float, *, connections: int = 16, timeout_s: float = 60.0,
+        drain_s: float = 10.0, loop: str = "asyncio") -> OpenLoopResult:
+    """`run_async` in a new event loop (`loop="uvloop"` for uvloop's)."""
+    coro = run_async(url, rate, duration_s, connections=connections, timeout_s=timeout_s, drain_s=drain_s)
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("url")
+    ap.add_argument("--rate", type=float, required=True, help="requests per second")
+    ap.add_argument("--duration", type=float, required=True, help="seconds of schedule")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--drain", type=float, default=10.0)
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    a = ap.parse_args(argv)
+    r = run(a.url, a.rate, a.duration, connections=a.connections, timeout_s=a.timeout, drain_s=a.drain,
+            loop=a.loop)
+    print(json.dumps(r.summary(), indent=2))
+
+
+if __name__ == "__main__":
+    main()
