@@ -109,6 +109,8 @@ class FastapiLocustParams(Params):
         self.require_choice("variants", tuple(VARIANTS))
         self.require_choice("openloop_variants", tuple(VARIANTS))
         self.require_choice("loop", ("asyncio", "uvloop"))
+        if not 0 <= self.min_rating <= 100:
+            raise HarnessError(f"parameter min_rating must be a review score from 0 to 100, got {self.min_rating}")
         if self.wait_max_s < self.wait_min_s:
             raise HarnessError("parameter wait_max_s must be at least wait_min_s")
 
