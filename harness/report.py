@@ -1,13 +1,204 @@
-"""Notebooks executed with papermill against a run, exported to one HTML report (issue 6)."""
+"""Notebooks executed with papermill against a run, exported to one HTML report (issue 6).
+
+`build(run)` executes every notebook in `notebooks/` (sorted by name, none skipped) with papermill,
+in `notebooks/` as working directory, with the parameters every notebook declares:
+
+    run_dir        the run's absolute path
+    figures_dir    where figures and figures/manifest.json go (see `figures_dir()`)
+    figure_formats which formats `save_figure` writes
+
+The executed copies go to `<run>/report/notebooks/`, and one self-contained HTML file (images
+embedded as data: URIs, no script loaded from the network) to `<run>/report/index.html`. Code cells
+are hidden unless `keep_code=True`. A notebook that fails does not stop the others: its executed
+copy (with papermill's error banner) is still in the report, the failure is listed at the top of
+the report with the notebook, the cell and the error, and `build()` raises `HarnessError` at the
+end naming every failure.
+"""
 
 from __future__ import annotations
 
+import copy
+import html
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+
 from .errors import HarnessError
-from .store import Run
+from .store import REPO_ROOT, Run
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+FIGURES_DIR = REPO_ROOT / "figures"           # committed figures: tests point STUDY_FIGURES_DIR elsewhere
+FIGURES_ENV = "STUDY_FIGURES_DIR"
+FIGURE_FORMATS = "png,svg,pdf"
+KERNEL_NAME = "python3"
+CELL_TIMEOUT_S = 900                           # one cell; the notebooks only read and plot
+# Cells hidden from the HTML even with keep_code (the parameters are listed in the report header).
+REMOVE_CELL_TAGS = {"parameters", "injected-parameters", "remove_cell"}
+REMOVE_INPUT_TAGS = {"hide_input"}
+_EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>\s*", re.I)
 
 
-def build(run: Run, keep_code: bool = False) -> Path:
-    raise HarnessError(f"no notebooks yet: the report of run {run.id} cannot be built "
-                       "until the notebooks land (issue 6)")
+@dataclass(frozen=True)
+class Failure:
+    """One notebook that did not run to the end."""
+
+    notebook: str
+    cell: int | None            # index in the executed copy (papermill's), None if it never started
+    execution_count: int | None
+    error: str                  # "ExceptionName: message"
+    source: str = ""            # the failing cell's code
+
+    def __str__(self) -> str:
+        where = (f"cell {self.cell} (In [{self.execution_count}])" if self.cell is not None
+                 else "before any cell ran")
+        first = self.source.strip().splitlines()[0][:120] if self.source.strip() else ""
+        return f"{self.notebook}: {where}: {self.error}" + (f"  [code: {first}]" if first else "")
+
+
+def figures_dir(override: str | Path | None = None) -> Path:
+    """Where figures go: the argument, else $STUDY_FIGURES_DIR, else the repository's figures/."""
+    chosen = override or os.environ.get(FIGURES_ENV) or FIGURES_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Every notebook of the study, in the order they run (by name: 00_summary first)."""
+    found = sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if not p.name.startswith("."))
+    if not found:
+        raise HarnessError(f"no notebooks in {notebooks_dir}")
+    return found
+
+
+def execute(notebook: Path, output: Path, run: Run, figures: Path,
+            formats: str = FIGURE_FORMATS) -> Failure | None:
+    """Run one notebook with papermill; the executed copy is written to `output` even on failure."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    params = {"run_dir": str(run.path.resolve()), "figures_dir": str(figures),
+              "figure_formats": formats}
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters=params,
+                                   kernel_name=KERNEL_NAME, cwd=str(notebook.parent),
+                                   progress_bar=False, request_save_on_cell_execute=False,
+                                   execution_timeout=CELL_TIMEOUT_S)
+    except PapermillExecutionError as e:
+        return Failure(notebook.name, e.cell_index, e.exec_count, f"{e.ename}: {e.evalue}",
+                       e.source or "")
+    except Exception as e:  # kernel died, timeout, unreadable notebook: still report, keep going
+        return Failure(notebook.name, None, None, f"{type(e).__name__}: {e}".strip())
+    return None
+
+
+def _section_header(nb_name: str, index: int, failure: Failure | None, executed: Path,
+                    report_dir: Path) -> nbformat.NotebookNode:
+    rel = os.path.relpath(executed, report_dir)
+    status = (f'<p style="color:#b00020"><b>This notebook failed</b>: {html.escape(str(failure))}</p>'
+              if failure else "")
+    return nbformat.v4.new_markdown_cell(
+        f'<a id="nb-{index}"></a>\n\n---\n\n<p style="color:#555">Notebook <code>{html.escape(nb_name)}'
+        f'</code> &mdash; executed copy: <a href="{html.escape(rel)}">{html.escape(rel)}</a></p>\n\n'
+        f"{status}")
+
+
+def _preface(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures: Path,
+             formats: str, keep_code: bool, report_dir: Path) -> nbformat.NotebookNode:
+    rows = []
+    for i, (nb, _out, failure) in enumerate(executed):
+        state = (f'<span style="color:#b00020">failed: {html.escape(str(failure))}</span>'
+                 if failure else '<span style="color:#1b7f3b">ran</span>')
+        rows.append(f'<li><a href="#nb-{i}"><code>{html.escape(nb.name)}</code></a> &mdash; {state}</li>')
+    m = run.manifest
+    servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
+    text = (
+        "# A reproducible performance study of async database access in Python\n\n"
+        f"<p>Report of run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}"
+        f"</b>, status {html.escape(str(m.get('status')))}), built "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Servers: {servers or 'none recorded'}.</p>\n\n"
+        f"<p>Notebook parameters: <code>run_dir={html.escape(str(run.path.resolve()))}</code>, "
+        f"<code>figures_dir={html.escape(str(figures))}</code>, "
+        f"<code>figure_formats={html.escape(formats)}</code>. Code cells are "
+        f"{'shown' if keep_code else 'hidden (<code>python -m harness report --keep-code</code> shows them)'}."
+        "</p>\n\n<ol start=\"0\">\n" + "\n".join(rows) + "\n</ol>")
+    return nbformat.v4.new_markdown_cell(text)
+
+
+def combine(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures: Path, formats: str,
+            keep_code: bool, report_dir: Path) -> nbformat.NotebookNode:
+    """One notebook made of every executed notebook, each under its own anchored header."""
+    combined = nbformat.v4.new_notebook()
+    combined.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3",
+                                       "language": "python"}
+    combined.metadata["language_info"] = {"name": "python"}
+    cells = [_preface(run, executed, figures, formats, keep_code, report_dir)]
+    for i, (nb_path, out, failure) in enumerate(executed):
+        cells.append(_section_header(nb_path.name, i, failure, out, report_dir))
+        if not out.exists():
+            continue
+        nb = nbformat.read(out, as_version=4)
+        for cell in nb.cells:
+            cells.append(copy.deepcopy(cell))
+    for j, cell in enumerate(cells):  # ids must be unique across the merged notebooks
+        cell["id"] = f"c{j}"
+    combined.cells = cells
+    return combined
+
+
+def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = False) -> Path:
+    """Write `nb` as one self-contained HTML file: images inline, no network scripts."""
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
+    exporter = HTMLExporter(template_name="lab", embed_images=True, exclude_input=not keep_code,
+                            exclude_input_prompt=not keep_code, exclude_output_prompt=True,
+                            exclude_anchor_links=True)
+    exporter.register_preprocessor(
+        TagRemovePreprocessor(remove_cell_tags=REMOVE_CELL_TAGS, remove_input_tags=REMOVE_INPUT_TAGS,
+                              enabled=True), enabled=True)
+    body, _ = exporter.from_notebook_node(
+        nb, resources={"metadata": {"name": "Async database access in Python: study report"}})
+    # require.js and MathJax come from a CDN by default; the report uses neither, and it must open
+    # offline, exactly as archived.
+    body = _EXTERNAL_SCRIPT.sub("", body)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = destination.with_name(destination.name + ".tmp")
+    tmp.write_text(body, encoding="utf-8")
+    os.replace(tmp, destination)
+    return destination
+
+
+def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = None,
+          notebooks_dir: str | Path = NOTEBOOKS_DIR, formats: str = FIGURE_FORMATS) -> Path:
+    """Execute every notebook on `run`, export `<run>/report/index.html`, return its path.
+
+    Raises HarnessError after writing the report if any notebook failed.
+    """
+    from tqdm import tqdm
+
+    figs = figures_dir(figures)
+    report_dir = run.path / "report"
+    executed_dir = report_dir / "notebooks"
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    executed: list[tuple[Path, Path, Failure | None]] = []
+    bar = tqdm(notebooks(notebooks_dir), unit="notebook", desc="report", file=sys.stderr)
+    for nb in bar:
+        bar.set_description(f"report {nb.stem}")
+        out = executed_dir / nb.name
+        failure = execute(nb, out, run, figs, formats)
+        if failure:
+            bar.write(f"  FAILED {failure}")
+        executed.append((nb, out, failure))
+    bar.close()
+    index = export_html(combine(run, executed, figs, formats, keep_code, report_dir),
+                        report_dir / "index.html", keep_code=keep_code)
+    failures = [f for _, _, f in executed if f]
+    if failures:
+        raise HarnessError(f"{len(failures)} of {len(executed)} notebooks failed (the report at {index} "
+                           "shows them):\n" + "\n".join(f"  - {f}" for f in failures))
+    return index

@@ -1,0 +1,176 @@
+"""The report: every notebook executed by papermill on a real smoke run, figures with provenance,
+one self-contained HTML file that headless Chromium renders with its figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+from harness import report, store
+from harness.errors import HarnessError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PARAMETERS = ("run_dir", "figures_dir", "figure_formats")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+
+
+def _snapshot(d: Path) -> dict[str, float]:
+    return {str(p.relative_to(d)): p.stat().st_mtime for p in d.rglob("*")} if d.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def built(smoke_run, tmp_path_factory):
+    """`report.build` on the smoke run, figures into a temporary directory (never the repo's)."""
+    figures = tmp_path_factory.mktemp("figures")
+    committed = _snapshot(report.FIGURES_DIR)
+    saved = os.environ.get(report.FIGURES_ENV)
+    os.environ[report.FIGURES_ENV] = str(figures)
+    error = None
+    try:
+        index = report.build(smoke_run)
+    except HarnessError as e:  # the report is still written; tests below look at it
+        error, index = e, smoke_run.path / "report" / "index.html"
+    finally:
+        if saved is None:
+            os.environ.pop(report.FIGURES_ENV, None)
+        else:
+            os.environ[report.FIGURES_ENV] = saved
+    return SimpleNamespace(index=index, figures=figures, error=error, run=smoke_run,
+                           committed_before=committed)
+
+
+def test_notebooks_are_parameterised_and_committed_without_outputs():
+    nbs = report.notebooks()
+    assert nbs[0].name == "00_summary.ipynb"
+    for path in nbs:
+        nb = nbformat.read(path, as_version=4)
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged `parameters`"
+        for name in PARAMETERS:
+            assert re.search(rf"^{name}\s*:\s*str\s*=.*#", tagged[0].source, re.M), \
+                f"{path.name}: parameter {name} needs a type and a comment"
+        for c in nb.cells:
+            if c.cell_type == "code":
+                assert not c.outputs and c.execution_count is None, f"{path.name}: committed with outputs"
+
+
+def test_every_notebook_runs_on_the_smoke_run(built):
+    assert built.error is None, str(built.error)
+    executed = built.run.path / "report" / "notebooks"
+    for path in report.notebooks():
+        out = executed / path.name
+        assert out.exists(), f"no executed copy of {path.name}"
+        nb = nbformat.read(out, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.output_type == "error"]
+        assert not errors, f"{path.name}: {errors[0].ename}: {errors[0].evalue}"
+        injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+        assert injected and str(built.run.path.resolve()) in injected[0].source
+
+
+def test_figures_and_their_manifest(built):
+    manifest_path = built.figures / "manifest.json"
+    assert manifest_path.exists(), "no figures/manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    entries = manifest["figures"]
+    assert entries, "the notebooks saved no figure"
+    listed = set()
+    for name, e in entries.items():
+        for f in e["files"]:
+            assert (built.figures / f).stat().st_size > 0, f"{name}: {f} missing or empty"
+            listed.add(f)
+        assert {Path(f).suffix for f in e["files"]} == {".png", ".svg", ".pdf"}, name
+        assert e["run_id"] == built.run.id, name
+        run_path = (built.figures / e["run_path"]).resolve()
+        assert run_path == built.run.path.resolve(), f"{name}: run_path {e['run_path']}"
+        assert store.Run(run_path).id == built.run.id
+        for raw in e["raw_data"]:
+            assert (run_path / raw).is_file(), f"{name}: raw file {raw} does not exist"
+        assert e["notebook"], name
+        nb = Path(e["notebook"])
+        assert (REPO_ROOT / nb).exists() or (REPO_ROOT / "notebooks" / nb.name).exists(), \
+            f"{name}: notebook {e['notebook']} does not exist"
+        assert e["git_sha"] == built.run.manifest["environment"]["git"]["sha"]
+    on_disk = {p.name for p in built.figures.iterdir() if p.name != "manifest.json"}
+    assert on_disk == listed, f"figures not in the manifest: {sorted(on_disk - listed)}"
+    assert _snapshot(report.FIGURES_DIR) == built.committed_before, "the tests touched figures/"
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed: `bash scripts/bootstrap --test` (or apt-get install chromium)")
+    return exe
+
+
+def test_html_report_renders_its_figures_in_chromium(built, tmp_path):
+    html = built.index.read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]*src=\"https?://", html), "the report loads scripts from the network"
+    r = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                        "--dump-dom", built.index.resolve().as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    assert r.returncode == 0 and "<body" in dom, f"chromium failed ({r.returncode}): {r.stderr[-2000:]}"
+    imgs = re.findall(r"<img\b[^>]*>", dom)
+    assert len(imgs) > 0, "the rendered report has no <img>"
+    for tag in imgs:
+        src = re.search(r'\bsrc="([^"]*)"', tag)
+        assert src and src.group(1).startswith("data:image/"), f"image not embedded: {tag[:200]}"
+    for path in report.notebooks():
+        assert path.name in dom, f"{path.name} is missing from the report"
+    assert "failed:" not in dom.split("</ol>", 1)[0], "the report lists a failed notebook"
+    assert built.run.id in dom
+
+
+def test_code_is_hidden_unless_asked_for(built, tmp_path):
+    executed = built.run.path / "report" / "notebooks" / "00_summary.ipynb"
+    nb = nbformat.read(executed, as_version=4)
+    editor = re.compile(r'class="[^"]*jp-InputArea-editor')  # the lab template's code input box
+    hidden = report.export_html(nb, tmp_path / "hidden.html").read_text()
+    shown = report.export_html(nb, tmp_path / "shown.html", keep_code=True).read_text()
+    assert not editor.search(hidden)
+    assert editor.search(shown) and "evaluate" in shown
+
+
+def _notebook(path: Path, body: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        'run_dir: str = "../data/runs/latest"  # run\nfigures_dir: str = "../figures"  # figures\n'
+        'figure_formats: str = "png"  # formats', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, path)
+
+
+def test_a_failing_notebook_is_reported_and_the_others_still_run(smoke_run, tmp_path):
+    # a copy of the real run's manifest, so this report does not replace the smoke run's
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(smoke_run.path / "manifest.json", run_dir / "manifest.json")
+    run = store.Run(run_dir)
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "00_first.ipynb", "print('first ran')")
+    _notebook(nbs / "01_broken.ipynb", "x = 1\nraise RuntimeError('deliberately broken')")
+    _notebook(nbs / "02_after.ipynb", "print('after ran')")
+    with pytest.raises(HarnessError) as info:
+        report.build(run, notebooks_dir=nbs, figures=tmp_path / "figures")
+    message = str(info.value)
+    assert "1 of 3 notebooks failed" in message
+    assert "01_broken.ipynb" in message and "RuntimeError: deliberately broken" in message
+    assert re.search(r"cell \d+ \(In \[\d+\]\)", message)
+    executed = run_dir / "report" / "notebooks"
+    assert {p.name for p in executed.iterdir()} == {"00_first.ipynb", "01_broken.ipynb", "02_after.ipynb"}
+    after = nbformat.read(executed / "02_after.ipynb", as_version=4)
+    assert "after ran" in after.cells[-1].outputs[0]["text"]
+    html = (run_dir / "report" / "index.html").read_text()
+    assert "01_broken.ipynb" in html and "deliberately broken" in html
