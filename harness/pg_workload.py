@@ -138,8 +138,9 @@ class ServerCPU:
     descendant (backends, background workers). Only for a server on this machine whose postmaster
     pid is known; `available` is False otherwise and `read()` returns NaN.
 
-    Backends that exit between two reads take their CPU with them, and backends that start count
-    from zero, so it is exact only while the set of connections is stable (as in a pool's window).
+    Backends that exit between two reads still count: the postmaster reaps them, and the kernel
+    adds a reaped child's CPU to its parent's `children_user`/`children_system`, which are read too.
+    Backends that start between two reads count from zero, as they should.
     Any other client of the same cluster (e.g. FerretDB when it shares it) is counted too.
     """
 
@@ -176,6 +177,8 @@ class ServerCPU:
             except psutil.Error:
                 continue  # exited between listing and reading
             total += t.user + t.system
+            if p is root:  # exited (reaped) backends: their CPU moved into the postmaster's children times
+                total += t.children_user + t.children_system
             n += 1
         self.processes = n
         return total
