@@ -92,6 +92,19 @@ class _Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, raw: bytes) -> int:
+        reused = self.writer is not None
+        try:
+            return await self._exchange(raw)
+        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as e:
+            # A server closes idle keep-alive connections (uvicorn after 5 s). A reused connection
+            # that fails before any response byte is stale: retry the GET once on a fresh one, as
+            # HTTP clients do. The retry stays inside the request's measured time.
+            if not reused or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
+                raise
+            self.close()
+            return await self._exchange(raw)
+
+    async def _exchange(self, raw: bytes) -> int:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         self.writer.write(raw)

@@ -117,3 +117,31 @@ def test_urllib_sanity(stall_server):
     # The stall server speaks enough HTTP for an ordinary client (guards the fixture itself).
     with urllib.request.urlopen(stall_server, timeout=5) as r:
         assert r.read() == b"ok"
+
+
+async def _closes_idle_connections(reader, writer):
+    """Answers one request per connection, then closes it without saying so (an idle timeout)."""
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+def test_connections_closed_by_the_server_while_idle_are_reopened():
+    """uvicorn closes keep-alive connections idle for 5 s; at low rates every connection idles that
+    long. A request on such a stale connection is retried once on a fresh one, not counted failed."""
+    import asyncio
+
+    async def scenario():
+        server = await asyncio.start_server(_closes_idle_connections, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await openloop.run_async(f"http://127.0.0.1:{port}/", rate=20.0, duration_s=1.0,
+                                            connections=2, timeout_s=5.0, drain_s=2.0)
+
+    result = asyncio.run(scenario())
+    frame = result.frame()
+    assert len(frame) == 20
+    assert frame["ok"].all(), frame.loc[~frame["ok"], "error"].tolist()
