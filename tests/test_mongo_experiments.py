@@ -1,7 +1,7 @@
 """The five MongoDB experiments at smoke size against the real server: shape and sanity, not speed.
 
-One run of all five through `study.run` (as users run them), then: every table with its columns,
-values that must hold on any server (latencies positive, tasks in range, documents read = documents
+The session's smoke run of every experiment (`smoke_run`, through `study.run` as users run them),
+then: every table with its columns, values that must hold on any server (latencies positive, tasks in range, documents read = documents
 in the collection, duplicate-key semantics), the analysis module's metrics, and both notebooks
 executed on that run.
 """
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
-from harness import store, study
+from harness import store
 from harness.analysis import mongo
 from tests.conftest import REPO_ROOT, experiment_tables
 
@@ -26,19 +25,10 @@ WINDOW_COLUMNS = {"variant", "wall_s", "cpu_s", "ops"}
 
 
 @pytest.fixture(scope="module")
-def mongo_run(stack_env, tmp_path_factory) -> store.Run:
-    data_dir = tmp_path_factory.mktemp("mongo-smoke")
-    saved = {k: os.environ.get(k) for k in stack_env}
-    os.environ.update(stack_env)
-    try:
-        path = study.run(MINE, "smoke", 1, None, data_dir)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return store.Run(path)
+def mongo_run(smoke_run) -> store.Run:
+    """The session's smoke run of every experiment (conftest), which includes these five."""
+    assert set(MINE) <= set(smoke_run.experiments)
+    return smoke_run
 
 
 def _ok(run: store.Run, name: str) -> dict:
