@@ -126,7 +126,9 @@ def test_pg_ceiling_shape_and_sanity(ceiling_run):
         assert set(mine["task"]) == set(range(row["clients"]))
         assert (mine["latency_s"] > 0).all() and mine["ok"].all()
         assert row["ops"] == len(mine) > 0
-        assert row["cpu_s"] > 0 and row["server_cpu_s"] > 0
+        # The server's CPU is read in 10 ms kernel ticks per process: a smoke-sized window of light
+        # transactions can round to zero; it must still be measured (not NaN) and never negative.
+        assert row["cpu_s"] > 0 and row["server_cpu_s"] >= 0
     arts = {f.name for f in (out / "artifacts").iterdir()}
     assert sum(n.endswith(".out") for n in arts) == expected
     assert sum(n.endswith(".log.gz") for n in arts) == expected
