@@ -49,6 +49,8 @@ class _Progress:
             line = f"  {info['experiment']} r{info['repeat']}: {info['status']} in {info['seconds']} s"
             if info.get("error"):
                 line += f" -- {info['error'].splitlines()[0][:300]}"
+            if info.get("operation_errors"):
+                line += f" (WARNING: {info['operation_errors'][:300]})"
             self.bar.write(line)
         elif kind == "experiment_failed":
             self.bar.write(f"  {info['experiment']}: FAILED -- {info['error']}")

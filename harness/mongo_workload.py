@@ -49,9 +49,15 @@ def run_async(main: Callable[[], Awaitable[Any]], *, loop: str = "asyncio") -> A
         return runner.run(main())
 
 
+# A server that dies mid-experiment fails each operation within seconds (default: 30 s per
+# operation, so a closed loop of 200 tasks ran into the worker's timeout). No effect while it is up.
+SERVER_SELECTION_TIMEOUT_MS = 5_000
+
+
 @asynccontextmanager
 async def async_client(uri: str, *, driver: str = "pymongo", **options: Any) -> AsyncIterator[Any]:
     """An async client for the running loop; closed on exit (PyMongo: awaited; Motor: sync)."""
+    options.setdefault("serverSelectionTimeoutMS", SERVER_SELECTION_TIMEOUT_MS)
     if driver == "pymongo":
         from pymongo import AsyncMongoClient
 
@@ -193,7 +199,8 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
 
-    with pymongo.MongoClient(ctx.servers.mongodb_uri, maxPoolSize=pool_size) as client:
+    with pymongo.MongoClient(ctx.servers.mongodb_uri, maxPoolSize=pool_size,
+                             serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as client:
         col = orders(client)
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
@@ -213,14 +220,14 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
 def is_ferretdb(uri: str) -> bool:
     import pymongo
 
-    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as c:
+    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as c:
         return "ferretdbVersion" in c.admin.command("buildInfo")
 
 
 def _plan_of(uri: str) -> dict[str, Any]:
     import pymongo
 
-    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as c:
+    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as c:
         plan = c[STUDY_DB].command("explain", {"find": COLLECTION, "filter": {"customer": "c0"}})
     qp = plan.get("queryPlanner", {})
     node = qp.get("Plan") or qp.get("winningPlan") or {}

@@ -164,6 +164,9 @@ def _run_experiment(p: Planned, stack: ServerStack, writer: RunWriter, repeat: i
         summary = {"repeat": k, "status": result["status"], "seconds": round(time.perf_counter() - t0, 2)}
         if result.get("error"):
             summary["error"] = result["error"]
+        if result.get("operation_errors"):
+            summary["operation_errors"] = (f"{result['operation_errors']} of {result['operations']} "
+                                           f"operations failed, first: {result.get('first_operation_error')}")
         entry["repeats"].append(summary)
         writer.save()
         emit("repeat_finished", {"experiment": name, **summary})

@@ -42,10 +42,26 @@ def run_spec(spec: dict) -> dict:
         except Exception as e:
             result["status"] = "failed"
             result.setdefault("error", f"writing tables failed: {type(e).__name__}: {e}")
+        result.update(_operation_errors(ctx))
         result["finished_at"] = time.time()
         result["notes"] = ctx.notes
         write_json_atomic(out_dir / "result.json", result)
     return result
+
+
+def _operation_errors(ctx: Context) -> dict:
+    """How many recorded operations failed (`samples.ok` False), with the first error: a repeat can
+    finish "ok" while its server died halfway, and the manifest must say so."""
+    parts = [df for df in ctx._tables.get("samples", []) if "ok" in df.columns]
+    if not parts:
+        return {}
+    failed = [df.loc[~df["ok"].astype(bool)] for df in parts]
+    n_failed = sum(len(f) for f in failed)
+    out = {"operations": sum(len(df) for df in parts), "operation_errors": n_failed}
+    first = next((f for f in failed if len(f) and "error" in f.columns), None)
+    if first is not None:
+        out["first_operation_error"] = str(first["error"].iloc[0])[:300]
+    return out
 
 
 def main() -> int:

@@ -62,3 +62,19 @@ def test_unknown_format_version_is_refused(tmp_path):
     (path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(HarnessError, match="format 999"):
         store.Run(path)
+
+
+def test_failed_operations_are_counted_for_the_manifest(tmp_path):
+    """A repeat that finishes while its server died halfway reports how many operations failed."""
+    from harness import registry, worker
+    from harness.experiments.base import Context
+    from harness.servers import ServerStack
+
+    exp = registry.get("mongo_client")
+    ctx = Context(exp, exp.params("smoke"), ServerStack(), tmp_path, 0, "smoke")
+    ctx.record("samples", [{"variant": "v", "ok": True, "error": ""},
+                           {"variant": "v", "ok": False, "error": "AutoReconnect: connection closed"},
+                           {"variant": "v", "ok": False, "error": "ServerSelectionTimeoutError"}])
+    out = worker._operation_errors(ctx)
+    assert out == {"operations": 3, "operation_errors": 2,
+                   "first_operation_error": "AutoReconnect: connection closed"}
