@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -216,6 +216,3 @@ class Accounts(Dataset):
             conn.execute("VACUUM ANALYZE acct")
         return True
 
-
-def describe(datasets: list[Dataset]) -> list[dict[str, Any]]:
-    return [{"dataset": d.name, "server": d.server, **asdict(d), "seed": SEED} for d in datasets]

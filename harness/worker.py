@@ -52,7 +52,7 @@ def run_spec(spec: dict) -> dict:
 def _operation_errors(ctx: Context) -> dict:
     """How many recorded operations failed (`samples.ok` False), with the first error: a repeat can
     finish "ok" while its server died halfway, and the manifest must say so."""
-    parts = [df for df in ctx._tables.get("samples", []) if "ok" in df.columns]
+    parts = [df for df in ctx.recorded("samples") if "ok" in df.columns]
     if not parts:
         return {}
     failed = [df.loc[~df["ok"].astype(bool)] for df in parts]

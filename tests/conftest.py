@@ -6,7 +6,6 @@ started by the harness's own provisioning code.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -37,16 +36,10 @@ def use_stack(stack_env, monkeypatch):
 def smoke_run(stack_env, tmp_path_factory) -> store.Run:
     """Every registered experiment at the smoke profile, through `study.run`, as users run it."""
     data_dir = tmp_path_factory.mktemp("smoke-data")
-    saved = {k: os.environ.get(k) for k in stack_env}
-    os.environ.update(stack_env)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # session-scoped, so not the `monkeypatch` fixture
+        for k, v in stack_env.items():
+            mp.setenv(k, v)
         path = study.run(list(registry.all_experiments()), "smoke", 1, None, data_dir)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return store.Run(path)
 
 

@@ -231,6 +231,10 @@ class Context:
             yield w
         self.record("windows", [w.row()])
 
+    def recorded(self, table: str) -> list[pd.DataFrame]:
+        """What has been recorded so far in `table` (one frame per `record()` call)."""
+        return list(self._tables.get(table, []))
+
     def write_tables(self) -> list[str]:
         written = []
         for table, parts in self._tables.items():
