@@ -3,7 +3,7 @@ PROFILE ?= full
 REPEAT ?= 1
 PY := .venv/bin/python
 
-.PHONY: study test bootstrap servers-up servers-down report clean-venv
+.PHONY: study test bootstrap lock servers-up servers-down report clean-venv
 
 study: bootstrap
 	$(PY) -m harness study --profile $(PROFILE) --repeat $(REPEAT)
@@ -13,6 +13,18 @@ test:
 	$(PY) -m pytest
 
 bootstrap:
+	bash scripts/bootstrap
+
+# Regenerate requirements.lock (every Python package pinned, one universal lock for Python
+# 3.11-3.13) from pyproject.toml, then install it. Pins already in the lock are kept unless
+# a new requirement needs otherwise; `make lock LOCK_FLAGS=--upgrade` moves every pin to the newest.
+LOCK_FLAGS ?=
+lock:
+	bash scripts/bootstrap
+	.venv/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+	  --custom-compile-command \
+	  "make lock   (runs: uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 -o requirements.lock)" \
+	  $(LOCK_FLAGS) -o requirements.lock
 	bash scripts/bootstrap
 
 report: bootstrap

@@ -1,32 +1,61 @@
-"""The claims ledger: every numeric claim of the three seed documents, evaluated against a run.
+"""The claims ledger: one row per numeric figure or sentence of the three seed documents, each with
+its comparison stated before any run, evaluated on a run's repeats.
 
-The ledger (`claims_ledger.csv`, next to this module) is data, one row per claim, and holds no
-measured value: only the seeds' own numbers, as reference values. Columns:
+The ledger (`claims_ledger.csv`, next to this module) is data and holds no measured value: only the
+seeds' own numbers. Columns:
 
     claim_id    stable id, `<document>-<family>-<n>`, e.g. `001-pool-03`
     document    the seed: 000 (FastAPI + PyMongo under Locust), 001 (AsyncMongoClient traps),
                 002 (threads vs asyncio on PostgreSQL)
-    kind        measurement  a number the seed measured; evaluated and counted
+    kind        measurement  a figure the seed measured: judged (or shown, when not comparable)
                 setup        a size or setting of the seed's test; shown beside this run's own
                 context      a number that is not a measurement (a version, a date); listed only
     section     where in the seed
-    sentence    the sentence, verbatim or nearly
-    seed_value  the seed's number (for ranges, the bound the sentence leads with; the range is in
-                the sentence), and seed_unit its unit
-    quantity    how to compute the same quantity from a run: an expression over metrics
-    criterion   what counts as reproducing the claim: a boolean expression
-    role        the server role that produced the quantity (mongodb, postgres)
-    note        why this criterion
+    sentence    the sentence(s), verbatim or nearly; one row may quote several that state the
+                same figure
+    seed_value, seed_unit   the seed's number; for a comparison, the seed's own ratio a / b (its
+                unit says which figures, e.g. "x (per request / shared; 2.44 / 0.20)")
+    comparison  absolute     a figure from another server and machine: shown side by side with
+                             this run's, never judged (`not comparable`)
+                ratio        a / b per repeat (b empty: a alone), compared with `reference` in the
+                             seed's `direction`, and with the band where the seed gives an effect size
+                equivalence  a / b per repeat is the same as `reference` within `margin`
+    a, b        expressions over metrics (`{experiment.variant.metric}`, as the analysis modules'
+                `metrics(run)` name them) and parameters (`{param:experiment.name}`), evaluated per
+                repeat, so that a and b are paired by repeat; b empty = 1
+    direction   `>` (the seed says a / b exceeds reference) or `<`
+    reference   where the seed's side and the opposite side meet: 1 for "a above b", a threshold
+                the seed states otherwise (e.g. 10 ms); empty = 1
+    band_low, band_high   for effect sizes: the seed's ratio within a factor of 2 either way
+                (servers and machines differ), cut at the reference
+    margin      for equivalence: a / b within [reference / (1 + margin), reference * (1 + margin)]
+    role        the server role that produced the figures (mongodb, postgres)
+    note        why this comparison
 
-Expressions are a small, safe language (parsed with `ast`, never `eval`):
-- `{experiment.variant.metric}` is a metric, as returned by the analysis modules' `metrics(run)`;
-  `{param:experiment.name}` is a parameter the run used (from its manifest);
-- in a criterion, `value` is the quantity, `seed` the seed's value, `ratio` = value / seed;
-- numbers, `+ - * /`, comparisons (chained: `0.5 <= ratio <= 2`), `and`, `or`, `not`, and the
-  functions `abs`, `min`, `max`.
+Bands and margins were written into the ledger before the reference run, and are not moved after it.
 
-A claim whose metric is missing from the run (experiment not run, failed, or metric not provided
-yet) evaluates to None, "not measured in this run", never to False.
+Verdicts, from the t-interval on the log of the per-repeat values of a / b (harness.stats; 95%,
+TOST at 5% for equivalence), decided in this order:
+    not comparable   comparison `absolute`
+    equivalent       TOST inside the margin (equivalence rows)
+    not reproduced   the interval lies wholly on the side opposite to the seed's (for equivalence
+                     rows: wholly outside the margin)
+    inconclusive     the interval includes the reference (shown: the smallest effect the run could
+                     have detected); also fewer than 2 repeats (no interval)
+    reproduced       the interval excludes the reference on the seed's side and, where a band is
+                     stated, overlaps it
+    direction only   the interval excludes the reference on the seed's side, but lies wholly
+                     outside the band
+plus `not measured in this run` when a figure is missing. Every judged row is a test at 5%, so
+about `ALPHA x judged rows` verdicts may be wrong by chance alone (`chance_wrong`).
+
+Removed from the earlier ledger, because they could not fail: Little's-law rows (in a closed loop,
+clients / throughput is the mean latency by construction) and the per-connection and pool-bound
+figures of seed 002 (set by the 10 ms pg_sleep parameter). The pool-bound claim is judged instead
+by each model's throughput against the pool bound measured from calibration requests.
+
+Expressions are a small, safe language (parsed with `ast`, never `eval`): numbers, `+ - * /`,
+comparisons, `and`, `or`, `not`, and the functions `abs`, `min`, `max`.
 """
 
 from __future__ import annotations
@@ -35,40 +64,53 @@ import ast
 import importlib
 import math
 import operator
-import pkgutil
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
 import pandas as pd
 
+from . import stats
+from .errors import HarnessError
 from .store import Run
 
 LEDGER_PATH = Path(__file__).with_name("claims_ledger.csv")
 COLUMNS = ("claim_id", "document", "kind", "section", "sentence", "seed_value", "seed_unit",
-           "quantity", "criterion", "role", "note")
+           "comparison", "a", "b", "direction", "reference", "band_low", "band_high", "margin",
+           "role", "note")
 DOCUMENTS = {"000": "Async PyMongo in FastAPI (sync vs async under Locust)",
              "001": "Using MongoDB with PyMongo's Async API (three traps)",
              "002": "asyncio vs Threads for Database-Heavy Services (PostgreSQL)"}
 KINDS = ("measurement", "setup", "context")
+COMPARISONS = ("absolute", "ratio", "equivalence")
+DIRECTIONS = (">", "<")
 ROLES = ("mongodb", "postgres")
+ALPHA = stats.ALPHA
 
-REPRODUCED = "reproduced"
+NOT_COMPARABLE = "not comparable"
+EQUIVALENT = "equivalent"
 NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+REPRODUCED = "reproduced"
+DIRECTION_ONLY = "direction only"
 NOT_MEASURED = "not measured in this run"
 SETUP_SAME = "setup: same as the seed"
 SETUP_DIFFERS = "setup: differs from the seed"
 CONTEXT = "not a measurement"
-STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_MEASURED, SETUP_SAME, SETUP_DIFFERS, CONTEXT)
+VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY,
+            NOT_MEASURED)
+JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY)
+STATUSES = VERDICTS + (SETUP_SAME, SETUP_DIFFERS, CONTEXT)
 
 _REF = re.compile(r"\{([^{}]+)\}")
 _REF_NAME = re.compile(r"^(param:)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_.\-]*)+$")
 
 
-class ExpressionError(ValueError):
-    """An expression of the ledger that does not parse or uses something the language lacks."""
+class ExpressionError(HarnessError, ValueError):
+    """An expression or row of the ledger that does not parse or uses something the language lacks."""
 
 
 class Missing(Exception):
@@ -100,8 +142,7 @@ class Expression:
     placeholders: dict[str, str]       # python identifier -> reference name
 
     def evaluate(self, lookup: Callable[[str], float], variables: Mapping[str, Any] | None = None):
-        variables = dict(variables or {})
-        return _eval(self.tree.body, self, lookup, variables)
+        return _eval(self.tree.body, self, lookup, dict(variables or {}))
 
 
 def refs(text: str) -> tuple[str, ...]:
@@ -185,9 +226,11 @@ def _eval(node: ast.AST, expr: Expression, lookup, variables):
 
 # -- the ledger ----------------------------------------------------------------------------------
 
+_NUMERIC = ("seed_value", "reference", "band_low", "band_high", "margin")
+
+
 def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
-    """The ledger as a DataFrame (strings, seed_value as float), checked: ids unique, kinds known,
-    every expression parses."""
+    """The ledger as a DataFrame (numbers as floats, NaN where empty), checked row by row."""
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
@@ -198,64 +241,108 @@ def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
         raise ExpressionError(f"{path}: duplicate claim ids {dup}")
     problems = []
     for row in df.itertuples(index=False):
-        if row.document not in DOCUMENTS:
-            problems.append(f"{row.claim_id}: unknown document {row.document!r}")
-        if row.kind not in KINDS:
-            problems.append(f"{row.claim_id}: unknown kind {row.kind!r}")
-        if row.kind != "context":
-            try:
-                parse(row.quantity, allow_variables=())
-                parse(row.criterion)
-            except ExpressionError as e:
-                problems.append(f"{row.claim_id}: {e}")
-            if row.role not in ROLES:
-                problems.append(f"{row.claim_id}: role must be one of {ROLES}, got {row.role!r}")
-        try:
-            if row.seed_value:  # empty for a claim the seed states without a number
-                float(row.seed_value)
-        except ValueError:
-            problems.append(f"{row.claim_id}: seed_value {row.seed_value!r} is not a number")
+        problems += [f"{row.claim_id}: {p}" for p in _row_problems(row)]
     if problems:
         raise ExpressionError(f"{path}:\n  " + "\n  ".join(problems))
-    df["seed_value"] = pd.to_numeric(df["seed_value"], errors="coerce")
+    for c in _NUMERIC:
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["reference"] = df["reference"].fillna(1.0)
     return df
 
 
-def analysis_modules() -> dict[str, Any]:
-    """Every module of `harness.analysis` that exposes `metrics(run)`."""
-    from . import analysis
-
-    out = {}
-    for mod in pkgutil.iter_modules(analysis.__path__):
-        if mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{analysis.__name__}.{mod.name}")
-        if callable(getattr(module, "metrics", None)):
-            out[mod.name] = module
+def _row_problems(row) -> list[str]:
+    out = []
+    if row.document not in DOCUMENTS:
+        out.append(f"unknown document {row.document!r}")
+    if row.kind not in KINDS:
+        out.append(f"unknown kind {row.kind!r}")
+    for c in _NUMERIC:
+        v = getattr(row, c)
+        try:
+            if v:
+                float(v)
+        except ValueError:
+            out.append(f"{c} {v!r} is not a number")
+    if row.kind == "context":
+        return out
+    if row.role not in ROLES:
+        out.append(f"role must be one of {ROLES}, got {row.role!r}")
+    for col in ("a", "b"):
+        text = getattr(row, col)
+        if text:
+            try:
+                parse(text, allow_variables=())
+            except ExpressionError as e:
+                out.append(str(e))
+    if not row.a:
+        out.append("a is empty")
+    if row.kind == "setup":
+        return out
+    if row.comparison not in COMPARISONS:
+        out.append(f"comparison must be one of {COMPARISONS}, got {row.comparison!r}")
+    elif row.comparison == "ratio":
+        if row.direction not in DIRECTIONS:
+            out.append(f"a ratio needs a direction in {DIRECTIONS}, got {row.direction!r}")
+        if bool(row.band_low) != bool(row.band_high):
+            out.append("a band needs both band_low and band_high")
+        elif row.band_low and not float(row.band_low) < float(row.band_high):
+            out.append("band_low must be below band_high")
+        if row.margin:
+            out.append("a margin belongs to an equivalence row")
+    elif row.comparison == "equivalence":
+        if not row.margin or not float(row.margin) > 0:
+            out.append("an equivalence row needs a margin > 0")
+        if row.direction or row.band_low or row.band_high:
+            out.append("an equivalence row has a margin, not a direction or band")
+    if row.reference and not float(row.reference) > 0:
+        out.append("reference must be > 0 (ratios are compared on the log)")
     return out
 
 
-def collect_metrics(run: Run) -> tuple[dict[str, float], dict[str, str]]:
-    """All named metrics of a run, from every analysis module, and the errors of modules that
-    could not compute theirs (a module that fails leaves its claims unmeasured, not the report)."""
-    metrics: dict[str, float] = {}
-    errors: dict[str, str] = {}
+# -- per-repeat figures of a run --------------------------------------------------------------------
+
+def analysis_paths() -> list[str]:
+    """Dotted paths of the analysis modules, from the registry (the one discovery: each experiment
+    declares its module as `Experiment.analysis`)."""
+    from . import registry
+
+    return sorted({e.analysis for e in registry.all_experiments().values() if getattr(e, "analysis", None)})
+
+
+def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Every analysis module's per-repeat figures (contract C1) in one frame, and the errors of
+    modules that could not compute theirs (their claims stay unmeasured; the rest go on)."""
+    from .analysis import METRIC_COLUMNS
+
+    frames, errors = [], {}
     try:
-        modules = analysis_modules()
-    except Exception as e:  # an analysis module that does not import
-        return metrics, {"harness.analysis": f"{type(e).__name__}: {e}"}
-    for name, module in modules.items():
-        try:
-            got = module.metrics(run) or {}
+        paths = analysis_paths()
+    except Exception as e:  # an experiment module that does not import
+        return pd.DataFrame(columns=list(METRIC_COLUMNS)), {"harness.registry": f"{type(e).__name__}: {e}"}
+    for path in paths:
+        name = path.rsplit(".", 1)[-1]
+        try:  # one module at a time: a module that fails leaves only its own claims unmeasured
+            got = importlib.import_module(path).metrics(run)
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"
             continue
-        for k, v in got.items():
-            try:
-                metrics[k] = float(v)
-            except (TypeError, ValueError):
-                continue
-    return metrics, errors
+        if not isinstance(got, pd.DataFrame) or not set(METRIC_COLUMNS) <= set(got.columns):
+            errors[name] = "metrics(run) did not return the per-repeat frame of contract C1"
+            continue
+        frames.append(got[list(METRIC_COLUMNS)])
+    frames = [f for f in frames if not f.empty]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(METRIC_COLUMNS))
+    return frame, errors
+
+
+def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
+    """{dotted name: {repeat: value}} from a C1 frame."""
+    from .analysis import metric_name
+
+    out: dict[str, dict[int, float]] = {}
+    for row in frame.itertuples(index=False):
+        out.setdefault(metric_name(row.experiment, row.variant, row.metric), {})[int(row.repeat)] = float(row.value)
+    return out
 
 
 def _param(run: Run, name: str) -> float:
@@ -274,15 +361,93 @@ def _param(run: Run, name: str) -> float:
     return float(v)
 
 
-def _lookup(run: Run, metrics: Mapping[str, float]) -> Callable[[str], float]:
-    def lookup(name: str) -> float:
-        if name.startswith("param:"):
-            return _param(run, name[len("param:"):])
-        v = metrics.get(name)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            raise Missing(name)
-        return v
-    return lookup
+def per_repeat(run: Run, series: Mapping[str, Mapping[int, float]], text: str) -> dict[int, float]:
+    """An expression evaluated in each repeat that has every metric it reads: {repeat: value}."""
+    if not text:
+        return {}
+    expr = parse(text, allow_variables=())
+    metric_refs = [r for r in expr.refs if not r.startswith("param:")]
+    for r in metric_refs:
+        if r not in series:
+            raise Missing(r)
+    repeats = sorted(set.intersection(*(set(series[r]) for r in metric_refs))) if metric_refs else [0]
+    if not repeats:
+        raise Missing(f"no repeat has all of {', '.join(metric_refs)}")
+    out = {}
+    for k in repeats:
+        def lookup(name: str, k=k) -> float:
+            return _param(run, name[len("param:"):]) if name.startswith("param:") else series[name][k]
+        try:
+            v = float(expr.evaluate(lookup))
+        except ZeroDivisionError:
+            continue
+        if math.isfinite(v):
+            out[k] = v
+    return out
+
+
+# -- verdicts ------------------------------------------------------------------------------------
+
+def judge(row: Mapping[str, Any], logs: np.ndarray) -> dict[str, Any]:
+    """The verdict of one measurement row from the per-repeat log ratios log(a_k / b_k).
+
+    `row` needs comparison, direction, reference, band_low, band_high, margin (floats or NaN)."""
+    comparison = row["comparison"]
+    ref = float(row.get("reference") or 1.0)
+    if isinstance(row.get("reference"), float) and math.isnan(row["reference"]):
+        ref = 1.0
+    s = stats.log_ratio_summary(logs, reference=ref)
+    out: dict[str, Any] = {"n": s["n"], "value": s["ratio"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
+                           "p_value": s["p_value"], "detectable": s["detectable_ratio"]}
+    if comparison == "absolute":
+        out["verdict"] = NOT_COMPARABLE
+        return out
+    if s["n"] == 0:
+        out["verdict"] = NOT_MEASURED
+        return out
+    lo, hi = s["ci_low"], s["ci_high"]
+    if comparison == "equivalence":
+        t = stats.tost(logs, float(row["margin"]), reference=ref)
+        out["p_value"] = t["p_value"]
+        low_m, high_m = ref / (1 + float(row["margin"])), ref * (1 + float(row["margin"]))
+        if t["equivalent"]:
+            out["verdict"] = EQUIVALENT
+        elif s["n"] >= 2 and (hi < low_m or lo > high_m):
+            out["verdict"] = NOT_REPRODUCED
+        else:
+            out["verdict"] = INCONCLUSIVE
+        return out
+    if s["n"] < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
+        out["verdict"] = INCONCLUSIVE
+        return out
+    above = row["direction"] == ">"
+    seed_side = lo > ref if above else hi < ref
+    opposite = hi < ref if above else lo > ref
+    if opposite:
+        out["verdict"] = NOT_REPRODUCED
+    elif not seed_side:
+        out["verdict"] = INCONCLUSIVE
+    else:
+        band = (row.get("band_low"), row.get("band_high"))
+        has_band = all(b is not None and not (isinstance(b, float) and math.isnan(b)) for b in band)
+        if has_band and (hi < float(band[0]) or lo > float(band[1])):
+            out["verdict"] = DIRECTION_ONLY
+        else:
+            out["verdict"] = REPRODUCED
+    return out
+
+
+def _interpreter(run: Run) -> str:
+    env = run.manifest.get("environment", {})
+    py = env.get("python") or {}
+    if isinstance(py, Mapping):
+        impl = py.get("implementation", "")
+        ver = py.get("version", "")
+        label = f"{impl} {ver}".strip()
+        if py.get("gil_enabled") is False:
+            label += " (free-threaded)"
+        return label or "unknown"
+    return str(py) or "unknown"
 
 
 def _experiment_state(run: Run, names: tuple[str, ...]) -> str | None:
@@ -292,8 +457,8 @@ def _experiment_state(run: Run, names: tuple[str, ...]) -> str | None:
         entry = run.experiments.get(exp)
         if entry is None:
             return f"experiment {exp} not in this run"
-        if entry.get("status") == "failed":
-            return f"experiment {exp} failed"
+        if entry.get("status") in ("failed", "skipped"):
+            return f"experiment {exp} {entry.get('status')}"
     return None
 
 
@@ -304,50 +469,50 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(x) or math.isinf(x) else x
 
 
-def evaluate(run: Run, metrics: Mapping[str, float] | None = None,
-             ledger: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every claim of the ledger against `run`: seed value, this run's value, ratio, reproduced
-    (True / False / None = not measured), status, and the server that produced the value."""
-    if metrics is None:
-        metrics, errors = collect_metrics(run)
+def _median(d: Mapping[int, float]) -> float | None:
+    return float(np.median(list(d.values()))) if d else None
+
+
+def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every ledger row against `run`: the figures it used (medians of a and b over repeats, the
+    ratio a / b with its 95% interval, n, the smallest detectable ratio) and its verdict."""
+    if frame is None:
+        frame, errors = collect_frame(run)
     else:
         errors = {}
+    series = by_repeat(frame)
     ledger = load() if ledger is None else ledger
-    lookup = _lookup(run, metrics)
+    interpreter = _interpreter(run)
     rows = []
-    for c in ledger.itertuples(index=False):
-        seed = _num(c.seed_value)
-        row = {"claim_id": c.claim_id, "document": c.document, "kind": c.kind, "section": c.section,
-               "sentence": c.sentence, "seed_value": seed, "seed_unit": c.seed_unit,
-               "value": None, "ratio": None, "criterion": c.criterion, "reproduced": None,
-               "status": CONTEXT, "server": "", "missing": "", "quantity": c.quantity,
-               "note": c.note}
-        if c.kind != "context":
-            present = c.role in run.manifest.get("servers", {})
-            row["server"] = run.server_label(c.role) if present else f"no {c.role} server in this run"
-            names = refs(c.quantity) + refs(c.criterion)
+    for c in ledger.to_dict("records"):
+        seed = _num(c["seed_value"])
+        row = {"claim_id": c["claim_id"], "document": c["document"], "kind": c["kind"],
+               "section": c["section"], "sentence": c["sentence"], "seed_value": seed,
+               "seed_unit": c["seed_unit"], "comparison": c["comparison"], "direction": c["direction"],
+               "reference": c["reference"], "band_low": c["band_low"], "band_high": c["band_high"],
+               "margin": c["margin"], "a": c["a"], "b": c["b"], "a_median": None, "b_median": None,
+               "n": 0, "value": None, "ci_low": None, "ci_high": None, "p_value": None,
+               "detectable": None, "verdict": CONTEXT, "server": "", "missing": "",
+               "interpreter": interpreter, "note": c["note"]}
+        if c["kind"] != "context":
+            present = c["role"] in run.manifest.get("servers", {})
+            row["server"] = run.server_label(c["role"]) if present else f"no {c['role']} server in this run"
             try:
-                value = _num(parse(c.quantity, allow_variables=()).evaluate(lookup))
-                if value is None:
-                    raise Missing(c.quantity)
-                row["value"] = value
-                row["ratio"] = value / seed if seed else None
-                ok = parse(c.criterion).evaluate(lookup, {"value": value, "seed": seed,
-                                                          "ratio": row["ratio"]})
-                ok = bool(ok)
-                if c.kind == "measurement":
-                    row["reproduced"] = ok
-                    row["status"] = REPRODUCED if ok else NOT_REPRODUCED
+                a = per_repeat(run, series, c["a"])
+                row["a_median"] = _median(a)
+                if c["kind"] == "setup":
+                    row["value"] = row["a_median"]
+                    row["verdict"] = SETUP_SAME if seed is not None and row["value"] == seed else SETUP_DIFFERS
                 else:
-                    row["status"] = SETUP_SAME if ok else SETUP_DIFFERS
+                    b = per_repeat(run, series, c["b"]) if c["b"] else {k: 1.0 for k in a}
+                    row["b_median"] = _median(b) if c["b"] else None
+                    logs = stats._paired_logs(a, b)
+                    if not len(logs):
+                        raise Missing("no repeat with both figures positive")
+                    row.update(judge(c, logs))
             except Missing as m:
-                row["missing"] = m.name
-                why = _experiment_state(run, names)
-                row["status"] = NOT_MEASURED
-                row["missing"] = why or f"no {m.name}"
-            except ZeroDivisionError:
-                row["status"] = NOT_MEASURED
-                row["missing"] = "division by zero (a metric was 0)"
+                row["verdict"] = NOT_MEASURED
+                row["missing"] = _experiment_state(run, refs(c["a"]) + refs(c["b"])) or f"no {m.name}"
         rows.append(row)
     out = pd.DataFrame(rows)
     out.attrs["metric_errors"] = errors
@@ -356,22 +521,30 @@ def evaluate(run: Run, metrics: Mapping[str, float] | None = None,
 
 
 def summary(evaluated: pd.DataFrame) -> pd.DataFrame:
-    """Counts of each status per seed document (measurement claims only, plus setup rows)."""
-    t = pd.crosstab(evaluated["document"], evaluated["status"])
-    t = t.reindex(columns=[s for s in STATUSES if s in t.columns], fill_value=0)
-    t["claims"] = t.sum(axis=1)
+    """Verdict counts by kind, per seed (measurement rows only), with the rows judged per seed."""
+    m = evaluated[evaluated["kind"] == "measurement"]
+    t = pd.crosstab(m["document"], m["verdict"])
+    t = t.reindex(columns=[v for v in VERDICTS if v in t.columns], fill_value=0)
+    t["judged"] = t[[v for v in JUDGED if v in t.columns]].sum(axis=1)
     return t
 
 
-_COLOURS = {REPRODUCED: "#d7f0dd", NOT_REPRODUCED: "#f8d7da", NOT_MEASURED: "#eeeeee",
-            SETUP_SAME: "#e3ecfa", SETUP_DIFFERS: "#fdf1d6", CONTEXT: "#ffffff"}
+def chance_wrong(evaluated: pd.DataFrame, alpha: float = ALPHA) -> dict[str, float]:
+    """How many verdicts chance alone would make wrong: each judged row is a test at `alpha`."""
+    judged = int(evaluated["verdict"].isin(JUDGED).sum())
+    return {"judged_rows": judged, "alpha": alpha, "expected_wrong": alpha * judged}
+
+
+_COLOURS = {REPRODUCED: "#d7f0dd", EQUIVALENT: "#d7f0dd", DIRECTION_ONLY: "#eef6d0",
+            NOT_REPRODUCED: "#f8d7da", INCONCLUSIVE: "#fdf1d6", NOT_COMPARABLE: "#e3ecfa",
+            NOT_MEASURED: "#eeeeee", SETUP_SAME: "#e3ecfa", SETUP_DIFFERS: "#fdf1d6", CONTEXT: "#ffffff"}
 
 
 def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
-        "claim_id", "sentence", "seed_value", "seed_unit", "value", "ratio", "status", "server",
-        "criterion", "missing")):
-    """The evaluation as a pandas Styler: one colour per status, numbers to 3 significant digits."""
-    df = evaluated[list(columns)].copy()
+        "claim_id", "sentence", "seed_value", "seed_unit", "comparison", "value", "ci_low", "ci_high",
+        "n", "detectable", "verdict", "server", "missing")):
+    """The evaluation as a pandas Styler: one colour per verdict, numbers to 3 significant digits."""
+    df = evaluated[[c for c in columns if c in evaluated.columns]].copy()
 
     def fmt(x):
         if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -381,11 +554,12 @@ def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
         return f"{x:.3g}"
 
     def colour(row):
-        c = _COLOURS.get(row["status"], "#ffffff")
+        c = _COLOURS.get(row.get("verdict"), "#ffffff")
         return [f"background-color: {c}"] * len(row)
 
     return (df.style.apply(colour, axis=1)
-            .format({k: fmt for k in ("seed_value", "value", "ratio") if k in df.columns})
+            .format({k: fmt for k in ("seed_value", "value", "ci_low", "ci_high", "detectable")
+                     if k in df.columns})
             .hide(axis="index")
             .set_properties(subset=[c for c in ("sentence",) if c in df.columns],
                             **{"text-align": "left", "min-width": "28em"})

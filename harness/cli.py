@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from . import registry, servers, store
+from .config import PROFILES
 from .errors import HarnessError
-from .experiments.base import PROFILES
 
 
 def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
@@ -46,12 +46,16 @@ class _Progress:
             self.bar.set_description(f"{info['experiment']} r{info['repeat']}")
         elif kind == "repeat_finished":
             self.bar.update(1)
-            line = f"  {info['experiment']} r{info['repeat']}: {info['status']} in {info['seconds']} s"
-            if info.get("error"):
-                line += f" -- {info['error'].splitlines()[0][:300]}"
-            if info.get("operation_errors"):
-                line += f" (WARNING: {info['operation_errors'][:300]})"
+            line = (f"  {info['experiment']} r{info['repeat']}: {info['status']} in {info['seconds']} s"
+                    f" ({_cell_counts(info.get('cells', []))})")
+            why = info.get("error") or next((f"{c['variant']}: {c['reason']}" for c in info.get("cells", [])
+                                             if c["status"] != "ok" and c.get("reason")), None)
+            if why:
+                line += f" -- {str(why).splitlines()[0][:300]}"
             self.bar.write(line)
+        elif kind == "servers_restarted":
+            for line in info["restarted"]:
+                self.bar.write(f"  before {info['experiment']}: {line}")
         elif kind == "experiment_failed":
             self.bar.write(f"  {info['experiment']}: FAILED -- {info['error']}")
 
@@ -75,7 +79,7 @@ def list_cmd(as_json: bool) -> None:
     """List the registered experiments, the servers they need and their parameters."""
     exps = registry.all_experiments()
     if as_json:
-        click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs),
+        click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs), "repeats": dict(e.repeats),
                                    "params": {p: e.params(p).to_dict() for p in PROFILES}}
                                for n, e in exps.items()}, indent=2))
         return
@@ -92,8 +96,10 @@ def _run(names, profile, repeat, sets, data_dir) -> Path:
     from . import study
 
     overrides = _parse_sets(sets)
-    planned = study.plan(list(names), profile, overrides)  # fail fast, before the progress bar
-    progress = _Progress(total=len(planned) * max(repeat, 1))
+    planned = study.plan(list(names), profile, overrides, repeat)  # fail fast, before the progress bar
+    servers.check_targets()
+    store.check_writable(data_dir)
+    progress = _Progress(total=len(study.schedule(planned)))
     try:
         return study.run(list(names), profile, repeat, overrides, data_dir, on_event=progress)
     finally:
@@ -102,9 +108,9 @@ def _run(names, profile, repeat, sets, data_dir) -> Path:
 
 _profile = click.option("--profile", type=click.Choice(PROFILES), default="quick", show_default=True,
                         help="Sizes: smoke (tests, seconds), quick (minutes), full (the seeds' own sizes).")
-_repeat = click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-                       help="Run each experiment N times, each in a fresh process; the report shows "
-                            "the spread between repeats.")
+_repeat = click.option("--repeat", type=click.IntRange(min=1), default=None,
+                       help="Run every experiment N times (default: each experiment's own count for the "
+                            "profile, see `list`), round-robin across experiments, each in a fresh process.")
 _set = click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
                     help="Override a parameter, e.g. --set duration_s=2 or --set mongo_pool.pool_size=20. "
                          "Repeatable. `list` shows the parameters.")
@@ -164,18 +170,50 @@ def study_cmd(profile, repeat, sets, data_dir, keep_code) -> None:
     click.echo(f"report: {out}")
 
 
+def _cell_counts(cells: list[dict] | dict) -> str:
+    counts = cells if isinstance(cells, dict) else {s: sum(c["status"] == s for c in cells)
+                                                    for s in ("ok", "failed", "skipped")}
+    return ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
+
+
 def _print_outcome_lines(run_: store.Run) -> None:
+    from .study import timing_lines
+
     for name, e in run_.experiments.items():
-        click.echo(f"{name}: {e.get('status')}" + (f" -- {e.get('error')}" if e.get("error") else ""))
-    click.echo(f"run {run_.id}: {run_.manifest['status']} -> {run_.path}")
+        click.echo(f"{name}: {e.get('status')} (cells: {_cell_counts(e.get('cells', {}))})")
+        for reason in e.get("reasons") or ([e["error"]] if e.get("error") else []):
+            click.echo(f"    {str(reason).splitlines()[0][:300]}")
+    if run_.manifest.get("timing"):
+        click.echo("time (wall, inside measured windows):")
+        for line in timing_lines(run_.manifest):
+            click.echo(line)
+    flag = " (with failures)" if run_.manifest.get("has_failures") else ""
+    click.echo(f"run {run_.id}: {run_.manifest['status']}{flag} -> {run_.path}")
+
+
+@cli.command("compare")
+@click.argument("run_a", metavar="RUN_A")
+@click.argument("run_b", metavar="RUN_B")
+@_data_dir
+def compare_cmd(run_a, run_b, data_dir) -> None:
+    """Headline throughputs of RUN_A and RUN_B side by side: absolute and normalised by each run's
+    in-run ceiling, with 95% intervals, CV and repeats (runs by path, id or `latest`)."""
+    from . import summary
+
+    click.echo(summary.compare_text(store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)))
 
 
 @cli.command("runs")
 @_data_dir
 def runs_cmd(data_dir) -> None:
-    """List stored runs (newest last) with their status."""
+    """List stored runs (newest last): status, and per experiment its status, cells and why."""
     for r in store.list_runs(data_dir):
-        click.echo(f"{r['run_id']:40} {r['status']:12} {r['profile'] or '':6} {', '.join(r['experiments'])}")
+        flag = " (with failures)" if r.get("has_failures") else ""
+        click.echo(f"{r['run_id']:40} {r['status'] + flag:26} {r['profile'] or '':6}")
+        for name, e in r["experiments"].items():
+            click.echo(f"    {name:16} {e['status'] or '?':9} {_cell_counts(e.get('cells') or {})}")
+            for reason in e.get("reasons", [])[:3]:
+                click.echo(f"        {str(reason).splitlines()[0][:200]}")
 
 
 @cli.group("servers")

@@ -6,6 +6,8 @@
   address with a GeoJSON point, review scores, price, amenities, host, dates) for 000. Prices are
   Decimal128 as in sample_airbnb on MongoDB; FerretDB v1 has no Decimal128 (it drops the
   connection on one), so there they are doubles of the same values, and the marker says so.
+  Top-rated listings (rating >= 95) also carry `search_key` = "<market>|<price // 100>" (indexed),
+  the key of the FastAPI study's default, cheap query (see `listing_search_key`).
 - `Accounts(n)`: the `acct` table of 002: `id` (primary key 1..n), `owner`, `balance`.
 
 Loading is idempotent: each dataset writes a marker (name, size, seed, format) beside itself and is
@@ -34,7 +36,6 @@ _EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 @dataclass(frozen=True)
 class Dataset:
     n: int
-    server: ClassVar[str]
     name: ClassVar[str]
 
     def __post_init__(self) -> None:
@@ -126,8 +127,23 @@ def listing_document(i: int, rng: random.Random, decimal: bool = True) -> dict[s
     }
 
 
+# A top-level key precomputed at write time (MongoDB's "computed pattern"), so that the FastAPI
+# study's default query is one equality FerretDB 1.24 can push down to PostgreSQL: it pushes down
+# equality on top-level fields only (no range, no sort, no nested path without a test-only flag).
+SEARCH_MIN_RATING = 95     # the seed's "high-rated" threshold
+SEARCH_PRICE_BAND = 100    # price bands of this width: about 27 top-rated listings per market and band
+
+
+def listing_search_key(doc: dict[str, Any]) -> str | None:
+    """`"<market>|<band>"` for a listing rated at least SEARCH_MIN_RATING, else None."""
+    if doc["review_scores"]["review_scores_rating"] < SEARCH_MIN_RATING:
+        return None
+    price = doc["price"]
+    price = float(price.to_decimal()) if hasattr(price, "to_decimal") else float(price)
+    return f"{doc['address']['market']}|{int(price // SEARCH_PRICE_BAND)}"
+
+
 class _MongoDataset(Dataset):
-    server: ClassVar[str] = "mongodb"
     batch: ClassVar[int] = 10_000
 
     def document(self, i: int, rng: random.Random, ferretdb: bool) -> dict[str, Any]:
@@ -178,18 +194,25 @@ class Listings(_MongoDataset):
     name: ClassVar[str] = "listingsAndReviews"
     batch: ClassVar[int] = 1_000
 
+    def marker(self) -> dict[str, Any]:
+        return {**super().marker(), "shape": "search_key"}  # documents gained `search_key`
+
     def document(self, i, rng, ferretdb):
-        return listing_document(i, rng, decimal=not ferretdb)
+        doc = listing_document(i, rng, decimal=not ferretdb)
+        key = listing_search_key(doc)
+        if key is not None:
+            doc["search_key"] = key
+        return doc
 
     def indexes(self, collection) -> None:
         collection.create_index("review_scores.review_scores_rating")
+        collection.create_index("search_key")
 
 
 # --------------------------------------------------------------------------------------- PostgreSQL
 
 @dataclass(frozen=True)
 class Accounts(Dataset):
-    server: ClassVar[str] = "postgres"
     name: ClassVar[str] = "acct"
 
     def _ensure(self, stack: ServerStack) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -12,10 +13,11 @@ from typing import Any
 
 import psutil
 
+from .config import REPO_ROOT
 from .redact import redact
 from .servers import ServerStack
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCK_FILE = REPO_ROOT / "requirements.lock"   # every Python package pinned (`make lock`)
 PACKAGES = ("pymongo", "motor", "asyncpg", "psycopg", "psycopg-binary", "psycopg-pool", "uvloop",
             "fastapi", "starlette", "anyio", "uvicorn", "locust", "numpy", "pandas", "pyarrow",
             "matplotlib", "papermill", "nbconvert", "testcontainers", "hdrhistogram", "psutil")
@@ -89,9 +91,17 @@ def python_info() -> dict[str, Any]:
     }
 
 
+def lock_sha256(path: Path = LOCK_FILE) -> str | None:
+    """sha256 of the lock file the environment was installed from (None if there is none)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def collect() -> dict[str, Any]:
     return {"python": python_info(), "packages": package_versions(), "machine": machine(),
-            "git": git_state()}
+            "git": git_state(), "lock_sha256": lock_sha256()}
 
 
 def identify_mongodb(uri: str) -> dict[str, Any]:
@@ -142,4 +152,17 @@ def identify_servers(stack: ServerStack) -> dict[str, Any]:
             out["mongodb"]["label"] = out["mongodb"]["label"].replace("on PostgreSQL ", f"on {pg['label']} ")
     if stack.postgres is not None:
         out["postgres"] = {**identify_postgres(stack.postgres.uri), "source": stack.postgres.source}
+    if stack.toxiproxy is not None:
+        out["toxiproxy"] = identify_toxiproxy(stack.toxiproxy)
     return out
+
+
+def identify_toxiproxy(server) -> dict[str, Any]:
+    """Toxiproxy's version: the module version built (recorded at build time; the binary reports
+    "git" when built from the module), beside what its API reports."""
+    import httpx
+
+    reported = httpx.get(f"{server.uri}/version", timeout=5).text.strip()
+    return {"uri": server.uri, "product": "Toxiproxy", "version": server.version,
+            "reported_version": reported, "source": server.source,
+            "label": f"Toxiproxy {server.version}"}

@@ -13,6 +13,9 @@
   `explain` the experiments record). To measure the seed's *indexed* query, this adds a GIN index
   on the same expression in the backing table for the experiment's duration, and drops it after.
   It does nothing on a real MongoDB server. Parameter `backend_index=off` measures without it.
+- `ferretdb_pg_pool()` / `BackendConnections`: FerretDB's own pool of PostgreSQL connections (its
+  configured size, read from the running FerretDB's flags) and how many of its connections the
+  cluster saw during a window: a client pool larger than FerretDB's cannot get more concurrency.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from urllib.parse import parse_qs, urlsplit
 
 from .datasets import CUSTOMERS
+from .measure import error_text
+from .redact import redact
 from .servers import FERRETDB_PG_DB, STUDY_DB, ServerStack
 
 LOOPS = ("asyncio", "uvloop")
@@ -88,10 +94,6 @@ def customer_stream(seed: int, worker: int) -> Callable[[], str]:
     return lambda: f"c{rng.randrange(CUSTOMERS)}"
 
 
-def _error(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:300]
-
-
 async def closed_loop_async(collection: Any, *, tasks: int, duration_s: float, seed: int,
                             t0: float | None = None,
                             semaphore: asyncio.Semaphore | None = None) -> list[dict[str, Any]]:
@@ -118,7 +120,7 @@ async def closed_loop_async(collection: Any, *, tasks: int, duration_s: float, s
                     async with semaphore:
                         await collection.find_one({"customer": customer})
             except Exception as e:  # recorded per operation; the run goes on
-                error = _error(e)
+                error = error_text(e)
             end = perf()
             rows.append({"task": task, "start_s": start - t0, "latency_s": end - start,
                          "ok": error is None, "error": error})
@@ -147,7 +149,7 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
             try:
                 collection.find_one({"customer": customer})
             except Exception as e:
-                error = _error(e)
+                error = error_text(e)
             end = perf()
             rows.append({"task": task, "start_s": start - base, "latency_s": end - start,
                          "ok": error is None, "error": error})
@@ -165,10 +167,11 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 
 def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: int, tasks: int,
                   semaphore: bool, duration_s: float, warmup_s: float, seed: int,
-                  **fields: Any) -> list[dict[str, Any]]:
+                  backend: "BackendConnections | None" = None, **fields: Any) -> list[dict[str, Any]]:
     """One async closed-loop variant on its own loop and client: warm-up, then a measured window.
 
-    Records the window (wall, process CPU, ops) and one `samples` row per operation; returns them.
+    Records the window (wall, process CPU, ops; with `backend`, the most connections FerretDB held
+    to PostgreSQL during it) and one `samples` row per operation; returns them.
     """
     uri = ctx.servers.mongodb_uri
 
@@ -180,7 +183,8 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
             if warmup_s > 0:
                 await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem)
             with ctx.window(variant, loop=loop, driver=driver, pool_size=pool_size, workers=tasks,
-                            semaphore=semaphore, duration_s=duration_s, **fields) as w:
+                            semaphore=semaphore, duration_s=duration_s, **fields) as w, \
+                    _watch(backend, w):
                 rows = await closed_loop_async(col, tasks=tasks, duration_s=duration_s, seed=seed,
                                                t0=w.t0, semaphore=sem)
                 w.ops = sum(r["ok"] for r in rows)
@@ -195,7 +199,8 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
 
 def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, duration_s: float,
-                    warmup_s: float, seed: int, **fields: Any) -> list[dict[str, Any]]:
+                    warmup_s: float, seed: int, backend: "BackendConnections | None" = None,
+                    **fields: Any) -> list[dict[str, Any]]:
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
 
@@ -205,7 +210,8 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
         with ctx.window(variant, loop="threads", driver="pymongo-sync", pool_size=pool_size,
-                        workers=threads, semaphore=False, duration_s=duration_s, **fields) as w:
+                        workers=threads, semaphore=False, duration_s=duration_s, **fields) as w, \
+                _watch(backend, w):
             rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0)
             w.ops = sum(r["ok"] for r in rows)
     extra = {"variant": variant, "loop": "threads", "driver": "pymongo-sync", "pool_size": pool_size,
@@ -282,7 +288,114 @@ def ferretdb_backend_index(ctx: Any, enabled: bool) -> Iterator[dict[str, Any]]:
                     conn.execute(f'DROP INDEX IF EXISTS "{STUDY_DB}"."{index}"')
 
 
-def grid(loops: tuple[str, ...], drivers: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(loop, driver) pairs, the seed's own (asyncio, pymongo) first."""
-    pairs = [(lp, d) for lp in loops for d in drivers]
-    return sorted(pairs, key=lambda p: (p != ("asyncio", "pymongo"), p))
+# ------------------------------------------------------------------------ FerretDB's own pool
+
+# FerretDB v1.24 sets pool_max_conns=50 on its PostgreSQL URL when the URL does not
+# (internal/backends/postgresql/metadata/pool/uri.go at v1.24.2).
+FERRETDB_DEFAULT_PG_POOL = 50
+
+
+def _ferretdb_process(stack: ServerStack) -> Any:
+    """The running FerretDB process: the harness's own, or the one listening on the URI's port."""
+    import psutil
+
+    server = stack.mongodb
+    if server is not None and server.pids:
+        try:
+            return psutil.Process(server.pids[0])
+        except psutil.Error:
+            pass
+    port = urlsplit(stack.mongodb_uri).port or 27017
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return psutil.Process(c.pid)
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
+def ferretdb_pg_pool(stack: ServerStack) -> dict[str, Any]:
+    """FerretDB's pool of PostgreSQL connections: its size and where the figure comes from.
+
+    Returns {"ferretdb": bool, "pool_max_conns": int | None, "source": str, "backend": redacted URL,
+    "_dsn": the backend DSN (not for recording)}; `pool_max_conns` is None when not FerretDB or
+    when its flags cannot be read (a server elsewhere).
+    """
+    import psutil
+
+    if not is_ferretdb(stack.mongodb_uri):
+        return {"ferretdb": False, "pool_max_conns": None, "source": "not FerretDB"}
+    proc = _ferretdb_process(stack)
+    if proc is None:
+        return {"ferretdb": True, "pool_max_conns": None,
+                "source": "FerretDB's process is not on this machine: its flags cannot be read"}
+    try:
+        argv = proc.cmdline()
+    except psutil.Error as e:
+        return {"ferretdb": True, "pool_max_conns": None, "source": f"cmdline unreadable: {error_text(e)}"}
+    url = next((a.split("=", 1)[1] for a in argv if a.startswith("--postgresql-url=")), None)
+    if url is None:  # the flag's other spelling: `--postgresql-url URL`
+        url = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--postgresql-url"), None)
+    if url is None:
+        return {"ferretdb": True, "pool_max_conns": None, "source": f"no --postgresql-url in {argv[0]}'s flags"}
+    query = parse_qs(urlsplit(url).query)
+    if "pool_max_conns" in query:
+        size, source = int(query["pool_max_conns"][0]), "pool_max_conns in FerretDB's --postgresql-url"
+    else:
+        size, source = FERRETDB_DEFAULT_PG_POOL, "FerretDB v1.24's default (no pool_max_conns in its URL)"
+    return {"ferretdb": True, "pool_max_conns": size, "source": source, "backend": redact(url),
+            "_dsn": url.split("?", 1)[0]}
+
+
+class BackendConnections:
+    """Polls, in a thread, how many connections the PostgreSQL cluster holds to FerretDB's database;
+    `max` is the most seen between start() and stop() (NaN when nothing could be read, or with no
+    `dsn`: a server whose backend is not known here)."""
+
+    def __init__(self, dsn: str | None, interval_s: float = 0.05):
+        self.dsn = dsn
+        self.interval_s = interval_s
+        self.max = float("nan")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.max = float("nan")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll, name="ferretdb-backends", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return self.max
+
+    def _poll(self) -> None:
+        import psycopg
+
+        if not self.dsn:
+            return
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while True:
+                    n = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                     "AND pid <> pg_backend_pid()", (FERRETDB_PG_DB,)).fetchone()[0]
+                    self.max = n if self.max != self.max else max(self.max, n)  # NaN != NaN
+                    if self._stop.wait(self.interval_s):
+                        return
+        except Exception:  # the figure stays NaN: recorded as not measured, the variant goes on
+            return
+
+
+@contextmanager
+def _watch(backend: BackendConnections | None, window: Any) -> Iterator[None]:
+    if backend is None:
+        yield
+        return
+    backend.start()
+    try:
+        yield
+    finally:
+        window.fields["ferretdb_pg_conns_max"] = backend.stop()

@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import stats
+from .measure import error_text
 
 LEAD_S = 0.05  # t0 is this far after start-up, so that request 0 is not late by construction
 
@@ -178,7 +179,7 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
                         status = await conn.request(raw)
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                         ValueError, IndexError) as e:
-                    error = f"{type(e).__name__}: {e}"[:200] if str(e) else type(e).__name__
+                    error = error_text(e, 200)
                     conn.close()
                 end = time.perf_counter()
                 rows[i] = _row(i, cid, intended - t0, actual - t0, end - t0, status, error)

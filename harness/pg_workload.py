@@ -19,10 +19,10 @@ ends); asyncpg runs each statement on its own (no transaction) with its prepared
 `psycopg_autocommit=True` in the spec switches psycopg to autocommit.
 
 One variant (model x slow_ms x pool) runs in its own interpreter: `python -m harness.pg_workload
-SPEC.json` (started by `pg_models` through `harness.processes`). The child
+SPEC RESULT` (started by `pg_models` through `harness.processes.run_child`). The child
 1. opens the pool (all connections, outside any timing);
 2. starts `clients` closed-loop clients (each issues its next request as soon as the last returns);
-3. after `warmup_s` opens the measured window (a `Window` from experiments/base.py: wall time and
+3. after `warmup_s` opens the measured window (a `Window` from `harness.measure`: wall time and
    this process's CPU), keeps it open `duration_s`, closes it, then stops the clients and drains;
 4. calibrates the per-request database time on the now warm pool: `calibration_requests`
    requests issued one after another by a single client, so nothing queues (their latencies are
@@ -40,20 +40,17 @@ shared machine), both read just outside the client-CPU window so the scan is not
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
 import random
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
-from .experiments.base import Window
+from .measure import ServerCPU, Window, error_text, find_postmaster, machine_busy_s  # noqa: F401 (re-exported)
+from .processes import child_main
 
 MODELS = ("threads_psycopg", "asyncio_psycopg", "asyncio_asyncpg", "uvloop_asyncpg", "uvloop_psycopg")
 SEED_MODELS = MODELS[:4]          # the four the seed measured
@@ -131,88 +128,6 @@ async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float]:
     return t_acq, t_rel
 
 
-# ------------------------------------------------------------------------------- server CPU probe
-
-class ServerCPU:
-    """CPU seconds (user + system) of a PostgreSQL server's processes: the postmaster and every
-    descendant (backends, background workers). Only for a server on this machine whose postmaster
-    pid is known; `available` is False otherwise and `read()` returns NaN.
-
-    Backends that exit between two reads still count: the postmaster reaps them, and the kernel
-    adds a reaped child's CPU to its parent's `children_user`/`children_system`, which are read too.
-    Backends that start between two reads count from zero, as they should.
-    Any other client of the same cluster (e.g. FerretDB when it shares it) is counted too.
-    """
-
-    def __init__(self, postmaster_pid: int | None):
-        import psutil
-
-        self._psutil = psutil
-        self.pid = postmaster_pid
-        self.source = "none"
-        self.available = False
-        if postmaster_pid:
-            try:
-                psutil.Process(postmaster_pid).cpu_times()
-                self.available = True
-                self.source = "postmaster+descendants"
-            except (psutil.Error, OSError):
-                self.source = f"postmaster pid {postmaster_pid} not readable"
-        self.processes = 0
-
-    def read(self) -> float:
-        if not self.available:
-            return float("nan")
-        psutil = self._psutil
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return float("nan")
-        total = 0.0
-        n = 0
-        for p in procs:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue  # exited between listing and reading
-            total += t.user + t.system
-            if p is root:  # exited (reaped) backends: their CPU moved into the postmaster's children times
-                total += t.children_user + t.children_system
-            n += 1
-        self.processes = n
-        return total
-
-
-def find_postmaster(dsn: str, known_pids: list[int] | None) -> tuple[int | None, str]:
-    """The postmaster pid of the server at `dsn`, if it runs on this machine, and how it was found.
-
-    The harness's local cluster records it (`Server.pids[0]`); otherwise, for a loopback DSN, a
-    process named postgres whose command line carries `-p <port>` and has no postgres parent.
-    """
-    if known_pids:
-        return known_pids[0], "harness server pid"
-    try:
-        parts = urlsplit(dsn)
-        host, port = parts.hostname, parts.port or 5432
-    except ValueError:
-        return None, "unparsable DSN"
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        return None, f"server not on this machine ({host})"
-    import psutil
-
-    for p in psutil.process_iter(["name", "cmdline", "ppid"]):
-        try:
-            cmd = p.info["cmdline"] or []
-            if p.info["name"] != "postgres" or "-p" not in cmd:
-                continue
-            if cmd[cmd.index("-p") + 1] == str(port):
-                return p.pid, "found by port"
-        except (psutil.Error, IndexError, ValueError):
-            continue
-    return None, f"no local postmaster found for port {port} (docker or remote server)"
-
-
 # ------------------------------------------------------------------------------------ one variant
 
 @dataclass(frozen=True)
@@ -241,27 +156,17 @@ class _State:
         self.close_at = math.inf
 
 
-def machine_busy_s() -> float:
-    """CPU seconds all processes of this machine have been busy (all cores: not idle, not iowait)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
-        - getattr(t, "guest_nice", 0.0)  # guest time is already counted in user/nice
-
-
 def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> None:
     """Open the window after the warm-up, close it `duration_s` later, then stop the clients."""
     try:
         time.sleep(spec.warmup_s)
         s0, m0 = server.read(), machine_busy_s()
         procs0 = server.processes
-        w = Window(spec.variant, {})
-        w.__enter__()
+        w = Window(spec.variant).open()
         state.open_at = w.t0
         time.sleep(spec.duration_s)
-        w.__exit__(None, None, None)
-        state.close_at = w.t0 + w.wall_s
+        w.close()
+        state.close_at = w.close_at
         s1, m1 = server.read(), machine_busy_s()
         out.update(open_at=state.open_at, close_at=state.close_at, wall_s=w.wall_s, cpu_s=w.cpu_s,
                    cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, server_cpu_s=s1 - s0,
@@ -273,10 +178,6 @@ def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> 
 
 def _rng(spec: VariantSpec, task: int) -> random.Random:
     return random.Random(f"{spec.seed}:{task}")
-
-
-def _error_text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
 
 
 def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -> None:
@@ -291,7 +192,7 @@ def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -
             consecutive = 0
         except Exception as e:  # recorded as a failed request; the client goes on
             t_acq = t_rel = math.nan
-            err = _error_text(e)
+            err = error_text(e, 200)
             consecutive += 1
         log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
         if consecutive >= CONSECUTIVE_ERRORS_MAX:
@@ -311,7 +212,7 @@ async def _client_async(spec: VariantSpec, task: int, request: Callable, pool, s
             consecutive = 0
         except Exception as e:
             t_acq = t_rel = math.nan
-            err = _error_text(e)
+            err = error_text(e, 200)
             consecutive += 1
         log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
         if consecutive >= CONSECUTIVE_ERRORS_MAX:
@@ -401,7 +302,7 @@ def run_variant(spec: VariantSpec) -> dict[str, Any]:
         if loop == "uvloop":
             import uvloop
 
-            factory = uvloop.new_event_loop
+            factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
         else:
             factory = asyncio.new_event_loop
         with asyncio.Runner(loop_factory=factory) as runner:
@@ -445,21 +346,5 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
     return {"window": window, "samples": cols, "calibration_latency_s": calib}
 
 
-def main(argv: list[str]) -> int:
-    spec_path, out_path = argv[1], argv[2]
-    with open(spec_path) as f:
-        spec = VariantSpec(**json.load(f))
-    try:
-        result = run_variant(spec)
-    except BaseException as e:  # the parent records the failure; the other variants go on
-        result = {"error": _error_text(e), "traceback": traceback.format_exc()}
-        print(result["traceback"], file=sys.stderr)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, allow_nan=True)
-    os.replace(tmp, out_path)
-    return 0 if "error" not in result else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(child_main(run_variant, VariantSpec))

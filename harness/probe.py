@@ -77,10 +77,6 @@ class LoopProbe:
             # time it began, with its length as the lateness.
             append((due - t0, now - due))
 
-    @property
-    def max_lateness_s(self) -> float:
-        return max((late for _, late in self.samples), default=float("nan"))
-
     def rows(self, **fields: Any) -> list[dict[str, Any]]:
         """The samples as table rows (seq, offset_s, lateness_s) plus the given fields."""
         return [{**fields, "seq": i, "offset_s": off, "lateness_s": late}

@@ -4,24 +4,39 @@ Every server, app and load generator the harness starts goes through `start()`. 
 - gets PR_SET_PDEATHSIG=SIGTERM, so the kernel stops it even if the harness is SIGKILLed;
 - runs in its own process group, so stopping it also stops whatever it forked;
 - is listed in a module-level registry that atexit and the SIGTERM/SIGHUP handlers drain.
+
+`run_child()` is the one child-process service: run `python -m MODULE SPEC RESULT` with a typed
+(dataclass) spec and a time-out, and get back what the child wrote to RESULT (an atomic JSON
+file). In the child, `child_main()` reads the spec, calls the function, and writes its result, or
+the error, whatever happens. The study's workers and pg_models' per-variant children use it.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import dataclasses
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Callable, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, TypeVar
+
+from .config import REPO_ROOT
+from .measure import error_text
 
 _PR_SET_PDEATHSIG = 1
-_live: list["ManagedProcess"] = []
+_live: list[ManagedProcess] = []
 _lock = threading.Lock()
 
 
@@ -37,7 +52,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout: float, proc: "ManagedProcess | None" = None) -> bool:
+def wait_for_port(port: int, timeout: float, proc: ManagedProcess | None = None) -> bool:
     """True once 127.0.0.1:port accepts connections; False on timeout or if `proc` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -65,6 +80,13 @@ class ManagedProcess:
 
     def poll(self) -> int | None:
         return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code once the child exits, or None if it is still running after `timeout` s."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -189,3 +211,78 @@ def _install_handlers() -> None:
             raise SystemExit(128 + signum)
 
         signal.signal(sig, _on_signal)
+
+
+# ---------------------------------------------------------------------- the child-process service
+
+S = TypeVar("S")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to `path` through a temporary file and a rename: a reader sees all or nothing."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class ChildOutcome:
+    """What a child run through `run_child()` left: its result (None if it wrote none), and why it
+    failed (`error`: None when the child wrote a result without an `error` key)."""
+
+    result: dict[str, Any] | None
+    error: str | None
+    returncode: int | None
+    timed_out: bool
+    log_tail: str
+
+
+def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path: Path,
+              timeout_s: float, env: dict[str, str] | None = None, python: str | None = None) -> ChildOutcome:
+    """Run `python -m module SPEC RESULT` for `spec` (a dataclass, or a JSON-able dict), stopped
+    after `timeout_s`. `python` is the interpreter (default: this one; another venv's for a client
+    measured on another Python).
+
+    The spec file lives in a private temporary directory (it may hold credentials) and is removed
+    when the child ends.
+    """
+    result_path.unlink(missing_ok=True)
+    body = spec if isinstance(spec, dict) else dataclasses.asdict(spec)
+    with tempfile.TemporaryDirectory(prefix="harness-child-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(body))
+        spec_path.chmod(0o600)
+        proc = start(name, [python or sys.executable, "-m", module, str(spec_path), str(result_path)],
+                     log_path, env=dict(env or os.environ, PYTHONUNBUFFERED="1"), cwd=REPO_ROOT)
+        try:
+            code = proc.wait(timeout_s)
+        finally:
+            proc.stop()
+    result = None
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except ValueError:
+            result = None
+    tail = proc.log_tail(15)
+    if code is None:
+        error: str | None = f"timed out after {timeout_s:g} s"
+    elif result is None:
+        error = f"exited with code {proc.poll()} before writing a result:\n{tail}"
+    else:
+        error = result.get("error")
+    return ChildOutcome(result, error, proc.poll(), code is None, tail)
+
+
+def child_main(fn: Callable[[S], dict[str, Any]], spec_type: type[S], argv: Sequence[str] | None = None) -> int:
+    """The child's side of `run_child()`: `python -m module SPEC RESULT`. Exit 0 if no error."""
+    argv = list(sys.argv if argv is None else argv)
+    spec_path, result_path = Path(argv[1]), Path(argv[2])
+    try:
+        spec = spec_type(**json.loads(spec_path.read_text()))
+        result = fn(spec)
+    except BaseException as e:  # recorded for the parent, which decides what a failure means
+        result = {"error": error_text(e, 2000), "traceback": traceback.format_exc()}
+        print(result["traceback"], file=sys.stderr)
+    write_json_atomic(result_path, result)
+    return 0 if "error" not in result else 1

@@ -1,10 +1,15 @@
-"""Which experiments exist: every module in `harness/experiments/` that exposes `EXPERIMENT`."""
+"""Which experiments exist: every module in `harness/experiments/` that exposes `EXPERIMENT`.
+
+The one discovery: the study, the claims and the notebooks all ask here, for experiments and for
+the analysis module each declares (`Experiment.analysis`, a dotted module path).
+"""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from functools import lru_cache
+from types import ModuleType
 
 from . import experiments as _pkg
 from .errors import HarnessError
@@ -33,3 +38,15 @@ def get(name: str) -> Experiment:
         known = ", ".join(exps) or "none registered yet"
         raise HarnessError(f"unknown experiment {name!r}; known experiments: {known}")
     return exps[name]
+
+
+def analysis_modules() -> dict[str, ModuleType]:
+    """Dotted path -> module, for every analysis module an experiment names (each once, sorted)."""
+    paths = sorted({e.analysis for e in all_experiments().values() if getattr(e, "analysis", None)})
+    return {path: importlib.import_module(path) for path in paths}
+
+
+def analysis_of(name: str) -> ModuleType | None:
+    """The analysis module of experiment `name`, or None if it declares none."""
+    path = getattr(get(name), "analysis", None)
+    return importlib.import_module(path) if path else None

@@ -28,8 +28,11 @@ from pathlib import Path
 
 import nbformat
 
+from . import config
+from .config import REPO_ROOT
 from .errors import HarnessError
-from .store import REPO_ROOT, Run
+from .measure import error_text
+from .store import Run
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = REPO_ROOT / "figures"           # committed figures: tests point STUDY_FIGURES_DIR elsewhere
@@ -62,7 +65,7 @@ class Failure:
 
 def figures_dir(override: str | Path | None = None) -> Path:
     """Where figures go: the argument, else $STUDY_FIGURES_DIR, else the repository's figures/."""
-    chosen = override or os.environ.get(FIGURES_ENV) or FIGURES_DIR
+    chosen = override or config.figures_dir()
     return Path(chosen).expanduser().resolve()
 
 
@@ -92,7 +95,7 @@ def execute(notebook: Path, output: Path, run: Run, figures: Path,
         return Failure(notebook.name, e.cell_index, e.exec_count, f"{e.ename}: {e.evalue}",
                        e.source or "")
     except Exception as e:  # kernel died, timeout, unreadable notebook: still report, keep going
-        return Failure(notebook.name, None, None, f"{type(e).__name__}: {e}".strip())
+        return Failure(notebook.name, None, None, error_text(e, 2000))
     return None
 
 

@@ -7,6 +7,11 @@ Sources, per server, in this order (`STUDY_SERVER_SOURCE` = auto | docker | loca
 4. local binaries: a throw-away PostgreSQL cluster from the Debian binaries, and for MongoDB either
    `mongod` from PATH or FerretDB (built by scripts/install-ferretdb) on that PostgreSQL cluster.
 
+A third, optional server, `toxiproxy` (Shopify's Toxiproxy, built by scripts/install-toxiproxy), is a
+TCP proxy that `harness.network` puts between clients and the databases to add a network delay or a
+fault. It is always local (its proxies must reach the servers from this machine), or reused from
+`servers up`.
+
 Every server listens on a free loopback port. `provision()` is a context manager: whatever it started
 is stopped when the block exits, however it exits.
 """
@@ -52,18 +57,22 @@ POSTGRES_SETTINGS = {
     "log_min_messages": "warning",
     "log_connections": "off",
 }
-ROLES = ("mongodb", "postgres")
+ROLES = ("mongodb", "postgres")   # database roles an experiment can need
+PROXY = "toxiproxy"
+SERVERS = (*ROLES, PROXY)        # what `provision()` can start
 
 
 @dataclass
 class Server:
-    role: str                   # "mongodb" | "postgres"
-    uri: str                    # connection string (may hold credentials: redact before printing)
+    role: str                   # "mongodb" | "postgres" | "toxiproxy"
+    uri: str                    # connection string (may hold credentials: redact before printing);
+                                # Toxiproxy: its HTTP API, http://127.0.0.1:PORT
     source: str                 # "env" | "servers-up" | "docker" | "local"
-    implementation: str         # "mongod" | "ferretdb" | "postgres" | "unknown" (external, not yet asked)
+    implementation: str         # "mongod" | "ferretdb" | "postgres" | "toxiproxy" | "unknown"
     log_path: str | None = None
     pids: list[int] = field(default_factory=list)
     backend_uri: str | None = None  # FerretDB: the PostgreSQL cluster it stores its data in
+    version: str | None = None      # Toxiproxy: the Go module version built (the binary says "git")
 
     def public(self) -> dict:
         d = asdict(self)
@@ -76,6 +85,7 @@ class Server:
 class ServerStack:
     mongodb: Server | None = None
     postgres: Server | None = None
+    toxiproxy: Server | None = None   # the network path's proxy (harness.network), when provisioned
     state_dir: str | None = None
     # Every process this stack started, in start order: [name, pid]. A FerretDB stack also owns
     # the PostgreSQL cluster FerretDB stores its data in.
@@ -98,6 +108,7 @@ class ServerStack:
         return {
             "mongodb": asdict(self.mongodb) if self.mongodb else None,
             "postgres": asdict(self.postgres) if self.postgres else None,
+            "toxiproxy": asdict(self.toxiproxy) if self.toxiproxy else None,
             "state_dir": self.state_dir,
             "owned": self.owned,
         }
@@ -107,6 +118,7 @@ class ServerStack:
         return cls(
             mongodb=Server(**d["mongodb"]) if d.get("mongodb") else None,
             postgres=Server(**d["postgres"]) if d.get("postgres") else None,
+            toxiproxy=Server(**d["toxiproxy"]) if d.get("toxiproxy") else None,
             state_dir=d.get("state_dir"),
             owned=d.get("owned", []),
         )
@@ -118,6 +130,8 @@ class ServerStack:
             "postgres_dsn": redact(self.postgres.uri) if self.postgres else None,
             "mongodb": self.mongodb.public() if self.mongodb else None,
             "postgres": self.postgres.public() if self.postgres else None,
+            "toxiproxy": ({"api": self.toxiproxy.uri, "version": self.toxiproxy.version,
+                           **self.toxiproxy.public()} if self.toxiproxy else None),
             "state_dir": self.state_dir,
         }
 
@@ -144,6 +158,28 @@ def check_mongodb(uri: str, label: str) -> None:
         ) from None
     finally:
         client.close()
+
+
+def check_targets() -> None:
+    """Syntax of STUDY_MONGODB_URI and STUDY_POSTGRES_DSN, before a run is created (no network)."""
+    from psycopg.conninfo import conninfo_to_dict
+    from pymongo.uri_parser import parse_uri
+
+    uri, dsn = os.environ.get("STUDY_MONGODB_URI"), os.environ.get("STUDY_POSTGRES_DSN")
+    if uri and not uri.startswith("mongodb+srv://"):  # an SRV URI needs DNS: checked on connect
+        try:
+            parse_uri(uri)
+        except Exception as e:  # InvalidURI, ValueError, ConfigurationError...
+            raise HarnessError(f"STUDY_MONGODB_URI is not a valid MongoDB URI ({redact(uri)}): "
+                               f"{str(e).splitlines()[0][:200]}") from None
+    if dsn:
+        try:
+            port = conninfo_to_dict(dsn).get("port")
+            if port and not all(p.isdigit() for p in str(port).split(",")):
+                raise ValueError(f"port {port!r} is not a number")
+        except Exception as e:  # psycopg.ProgrammingError, ValueError
+            raise HarnessError(f"STUDY_POSTGRES_DSN is not a valid PostgreSQL DSN ({redact(dsn)}): "
+                               f"{redact(str(e).splitlines()[0][:200])}") from None
 
 
 def check_postgres(dsn: str, label: str) -> None:
@@ -221,6 +257,21 @@ def _chown_for(path: Path, user: str | None) -> None:
         path.chmod(0o700)
 
 
+@dataclass
+class _Local:
+    """A local server this process started: how to start it again the same way (`restart_dead`)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    user: str | None
+    uri: str                               # what to wait on after a restart
+    proc: processes.ManagedProcess         # the current process (replaced by a restart)
+
+
+_locals: dict[int, _Local] = {}            # by pid: every pid a local server has had
+
+
 @contextmanager
 def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
     bindir = postgres_bindir()
@@ -261,6 +312,7 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
         argv += ["-c", f"{k}={v}"]
     proc = processes.start("postgres", argv, log, user=user, detach=detach)
     dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    local = _locals[proc.pid] = _Local("postgres", argv, log, user, dsn, proc)
     try:
         _wait_postgres(dsn, proc)
         import psycopg
@@ -272,7 +324,7 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
                      "postgres", str(log), [proc.pid])
     finally:
         if not detach:
-            proc.stop(sig=signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
+            local.proc.stop(sig=signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
             if pg_dir != state_dir / "postgres":
                 shutil.rmtree(pg_dir, ignore_errors=True)
 
@@ -331,13 +383,14 @@ def local_ferretdb(state_dir: Path, postgres: Server, detach: bool = False) -> I
             f"--state-dir={fdir}", "--telemetry=disable", "--log-level=warn"]
     proc = processes.start("ferretdb", argv, fdir / "ferretdb.log", detach=detach)
     uri = f"mongodb://127.0.0.1:{port}/"
+    local = _locals[proc.pid] = _Local("ferretdb", argv, fdir / "ferretdb.log", None, uri, proc)
     try:
         _wait_mongodb(uri, proc, "FerretDB")
         yield Server("mongodb", uri, "local", "ferretdb", str(fdir / "ferretdb.log"), [proc.pid],
                      backend_uri=postgres.uri)
     finally:
         if not detach:
-            proc.stop()
+            local.proc.stop()
 
 
 @contextmanager
@@ -354,6 +407,67 @@ def local_mongod(state_dir: Path, mongod: str, detach: bool = False) -> Iterator
     finally:
         if not detach:
             proc.stop()
+
+
+def toxiproxy_binary() -> Path | None:
+    for c in (os.environ.get("STUDY_TOXIPROXY_BIN"), str(REPO_ROOT / ".tools/bin/toxiproxy-server"),
+              shutil.which("toxiproxy-server")):
+        if c and Path(c).exists():
+            return Path(c)
+    return None
+
+
+def toxiproxy_version(binary: Path) -> str:
+    """The Go module version scripts/install-toxiproxy built (written beside the binary), since a
+    binary built from the module reports "git"; else what the binary itself says."""
+    recorded = binary.with_name(binary.name + ".version")
+    if recorded.exists():
+        return recorded.read_text().strip()
+    import subprocess
+
+    out = subprocess.run([str(binary), "-version"], capture_output=True, text=True, timeout=10)
+    return (out.stdout.strip().rsplit(" ", 1)[-1] or "unknown") + " (reported by the binary)"
+
+
+@contextmanager
+def local_toxiproxy(state_dir: Path, detach: bool = False) -> Iterator[Server]:
+    binary = toxiproxy_binary()
+    if binary is None:
+        raise HarnessError(
+            "Toxiproxy (the network-delay proxy) was not found. Build it with "
+            "`bash scripts/install-toxiproxy` (needs Go; `make study` and `make test` do it), "
+            "or set STUDY_TOXIPROXY_BIN to a toxiproxy-server binary."
+        )
+    tdir = state_dir / "toxiproxy"
+    tdir.mkdir(parents=True, exist_ok=True)
+    port = processes.free_port()
+    # -host binds the API; each proxy's listener is chosen by harness.network (127.0.0.1:0).
+    argv = [str(binary), "-host", "127.0.0.1", "-port", str(port)]
+    proc = processes.start("toxiproxy", argv, tdir / "toxiproxy.log", detach=detach)
+    api = f"http://127.0.0.1:{port}"
+    try:
+        _wait_toxiproxy(api, proc)
+        yield Server(PROXY, api, "local", "toxiproxy", str(tdir / "toxiproxy.log"), [proc.pid],
+                     version=toxiproxy_version(binary))
+    finally:
+        if not detach:
+            proc.stop()
+
+
+def _wait_toxiproxy(api: str, proc: processes.ManagedProcess) -> None:
+    import httpx
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HarnessError(f"Toxiproxy exited during start-up (code {proc.poll()}):\n{proc.log_tail()}")
+        try:
+            if httpx.get(f"{api}/version", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise HarnessError(f"Toxiproxy did not answer at {api} within {START_TIMEOUT_S} s:\n{proc.log_tail()}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -426,11 +540,14 @@ def running_stack() -> ServerStack | None:
 @contextmanager
 def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | None = None,
               detach: bool = False) -> Iterator[ServerStack]:
-    """Yield a ServerStack with the servers in `needs`, stopping what it started on exit."""
+    """Yield a ServerStack with the servers in `needs` (roles of SERVERS), stopping what it started
+    on exit."""
     needs = set(needs)
-    unknown = needs - set(ROLES)
+    unknown = needs - set(SERVERS)
     if unknown:
-        raise HarnessError(f"unknown server role(s) {sorted(unknown)}; known: {list(ROLES)}")
+        raise HarnessError(f"unknown server role(s) {sorted(unknown)}; known: {list(SERVERS)}")
+    want_proxy = PROXY in needs
+    needs -= {PROXY}
     source = os.environ.get("STUDY_SERVER_SOURCE", "auto")
     if source not in ("auto", "docker", "local"):
         raise HarnessError(f"STUDY_SERVER_SOURCE must be auto, docker or local, not {source!r}")
@@ -444,7 +561,7 @@ def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | No
             setattr(stack, role, Server(role, explicit[role], "env", "unknown"))
 
     missing = {r for r in needs if getattr(stack, r) is None}
-    if missing and not detach:
+    if (missing or want_proxy) and not detach:
         up = running_stack()
         if up is not None:
             for role in missing:
@@ -453,6 +570,9 @@ def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | No
                     server.source = "servers-up"
                     setattr(stack, role, server)
             missing = {r for r in needs if getattr(stack, r) is None}
+            if want_proxy and up.toxiproxy is not None:
+                stack.toxiproxy = up.toxiproxy
+                stack.toxiproxy.source = "servers-up"
 
     with ExitStack() as cleanup:
         if missing and source != "local" and (source == "docker" or docker_available()):
@@ -488,7 +608,66 @@ def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | No
                 stack.owned.append(["postgres", local_pg.pids[0]])
             if "mongodb" in missing:
                 stack.owned.append([stack.mongodb.implementation, stack.mongodb.pids[0]])
+
+        if want_proxy and stack.toxiproxy is None:
+            if state_dir is None:
+                state_dir = Path(tempfile.mkdtemp(prefix="harness-servers-"))
+                if not detach:
+                    cleanup.callback(shutil.rmtree, state_dir, True)
+            stack.state_dir = str(state_dir)
+            stack.toxiproxy = cleanup.enter_context(local_toxiproxy(state_dir, detach))
+            stack.owned.append([PROXY, stack.toxiproxy.pids[0]])
         yield stack
+
+
+def restart_dead(stack: ServerStack, timeout_s: float = START_TIMEOUT_S) -> list[str]:
+    """Start again every local server of `stack` whose process died, on the same port and data
+    directory, PostgreSQL before the FerretDB that stores its data in it (restarted with it, since its
+    connections to the old cluster are gone). Returns one line per server restarted (or that could
+    not be). Servers given by URI, by `servers up` or by Docker are not this process's to restart.
+    """
+    done: list[str] = []
+    backend_restarted = False
+    for i, (name, pid) in enumerate(stack.owned):
+        local = _locals.get(pid)
+        if local is None:
+            continue
+        code = local.proc.poll()
+        if code is None and not (name == "ferretdb" and backend_restarted):
+            continue
+        why = f"had exited with code {code}" if code is not None else "its PostgreSQL was restarted"
+        local.proc.stop()  # a dead leader: whatever is left of its process group
+        deadline = time.monotonic() + timeout_s
+        while True:
+            new = processes.start(local.name, local.argv, local.log, user=local.user)
+            try:
+                if name == "postgres":
+                    _wait_postgres(local.uri, new)
+                else:
+                    _wait_mongodb(local.uri, new, name)
+                error = None
+                break
+            except HarnessError as e:
+                # PostgreSQL refuses to start while the killed postmaster's backends still hold its
+                # shared memory; they exit on their own within moments of noticing its death.
+                new.stop()
+                error = str(e).splitlines()[0]
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        if error:
+            done.append(f"{name} (pid {pid}) {why}; restart failed: {error}")
+            continue
+        local.proc = new
+        _locals[new.pid] = local
+        stack.owned[i] = [name, new.pid]
+        for server in (stack.mongodb, stack.postgres):
+            if server is not None and pid in server.pids:
+                server.pids = [new.pid if p == pid else p for p in server.pids]
+        backend_restarted = backend_restarted or name == "postgres"
+        done.append(f"{name} (pid {pid}) {why}; restarted as pid {new.pid} on the same port and data "
+                    f"directory")
+    return done
 
 
 # ----------------------------------------------------------------------------------------------
@@ -505,7 +684,7 @@ def servers_up() -> ServerStack:
     state_dir.mkdir(parents=True)
     os.chmod(state_dir, 0o755)
     os.chmod(state_dir.parent, 0o755)
-    with provision(ROLES, state_dir=state_dir, detach=True) as stack:
+    with provision(SERVERS, state_dir=state_dir, detach=True) as stack:
         state_file().write_text(json.dumps(stack.to_json(), indent=2))
         return stack
 
@@ -517,7 +696,8 @@ def servers_down() -> list[int]:
         return []
     stack = ServerStack.from_json(json.loads(f.read_text()))
     stopped = []
-    for name, pid in reversed(stack.owned):  # FerretDB before the PostgreSQL it stores data in
+    # Reverse start order: Toxiproxy first, FerretDB before the PostgreSQL it stores data in.
+    for name, pid in reversed(stack.owned):
         if _pid_alive(pid):
             # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM would wait for clients to leave.
             processes.stop_pid(pid, sig=signal.SIGINT if name == "postgres" else signal.SIGTERM)

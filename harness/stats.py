@@ -1,22 +1,47 @@
 """Every statistic in the study is computed here, one way.
 
-Percentiles: numpy's ``method="linear"`` (Hyndman & Fan type 7, the default of numpy, pandas and R),
-on the raw per-operation samples. Latencies are stored in seconds and reported in milliseconds.
-The HDR histogram (``hdr_histogram``) is used where samples are recorded into a histogram at source
-(the open-loop load generator); its percentiles are HdrHistogram's own, at 3 significant digits.
+Within one measured window (per-operation samples):
+- Percentiles: numpy's ``method="linear"`` (Hyndman & Fan type 7, the default of numpy, pandas and
+  R), on the raw per-operation samples. Latencies are stored in seconds and reported in
+  milliseconds. ``censored_latency_summary`` counts failed operations beside the percentiles and,
+  where a failure is a time-out, enters it at the time-out (censored, not dropped), so that a
+  percentile that reaches into the failures is a lower bound and is flagged as such.
+- The HDR histogram (``hdr_histogram``) is used where samples are recorded into a histogram at
+  source (the open-loop load generator); its percentiles are HdrHistogram's own, at 3 significant
+  digits.
+
+Across repeats (the unit of evidence: per-request samples of one window are never treated as
+independent repeats), with ``scipy.stats``:
+- ``summarise(values)``: median, the geometric mean with a Student t-interval computed on the log
+  of the values (95%), the coefficient of variation with its n, and pyperf's stability rule
+  (CV >= 10% is a warning, judged only with n >= 5).
+- ``paired_ratio(a, b)``: a comparison of two figures measured in the same repeats: the t-interval
+  on the log of the per-repeat ratios a_k / b_k (paired by repeat), its p-value against a
+  reference ratio, and the smallest ratio the run could have detected (two-sided 5%, power 80%).
+- ``tost(...)``: two one-sided t-tests on the log ratio for claims of sameness, inside a stated
+  margin (equivalent when the 90% interval lies inside it).
+A bootstrap over 3 repeats collapses to their range, hence t-intervals on the log.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import math
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 PERCENTILE_METHOD = "linear"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
 # pyperf's rule of thumb: a spread this large between repeats means the figure is not stable.
 UNSTABLE_CV = 0.10
+# Below this many repeats a CV says little about stability (issue 10; pyperf warns from its own n).
+MIN_REPEATS_FOR_STABILITY = 5
+ALPHA = 0.05
+CONFIDENCE = 1.0 - ALPHA
+POWER = 0.80
+TOO_FEW = "too few repeats to judge stability"
 
 
 def percentiles(values: Sequence[float] | np.ndarray, qs: Iterable[float] = PERCENTILES.values()) -> np.ndarray:
@@ -94,7 +119,7 @@ def spread(values: Sequence[float] | np.ndarray) -> dict[str, float]:
     std = float(arr.std(ddof=1)) if n > 1 else 0.0
     cv = std / mean if mean else np.nan
     return {"n": n, "mean": mean, "std": std, "cv": cv, "min": float(arr.min()), "max": float(arr.max()),
-            "unstable": bool(n > 1 and cv >= UNSTABLE_CV)}
+            "unstable": bool(n >= MIN_REPEATS_FOR_STABILITY and cv >= UNSTABLE_CV)}
 
 
 def summarize_samples(samples: pd.DataFrame, by: Sequence[str] = ("variant",),
@@ -126,3 +151,166 @@ def hdr_summary(h) -> dict[str, float]:
         out[f"{name}_ms"] = h.get_value_at_percentile(q) / 1000.0
     out["max_ms"] = h.get_max_value() / 1000.0
     return out
+
+
+# -- failures beside latencies -------------------------------------------------------------------
+
+def censored_latency_summary(ok_latency_s: Sequence[float] | np.ndarray, failed: int = 0,
+                             timeout_s: float | None = None) -> dict[str, float]:
+    """latency_summary() with the failures counted beside it.
+
+    With `timeout_s`, each failure is a time-out: it enters the sample at the time-out (censored:
+    its true latency is at least that), so the percentiles never improve by dropping the slowest
+    requests. `censored_from_pct` is the percentile above which figures are lower bounds."""
+    ok = np.asarray(ok_latency_s, dtype=float)
+    failed = int(failed)
+    if failed < 0:
+        raise ValueError(f"failed must be >= 0, got {failed}")
+    if timeout_s is not None and failed:
+        sample = np.concatenate([ok, np.full(failed, float(timeout_s))])
+    else:
+        sample = ok
+    out = latency_summary(sample)
+    total = int(ok.size) + failed
+    out["ok"] = int(ok.size)
+    out["failed"] = failed
+    out["failed_pct"] = 100.0 * failed / total if total else float("nan")
+    out["censored"] = bool(timeout_s is not None and failed)
+    out["censored_from_pct"] = (100.0 * ok.size / total) if out["censored"] else float("nan")
+    return out
+
+
+# -- across repeats ------------------------------------------------------------------------------
+
+def _clean(values) -> np.ndarray:
+    arr = np.asarray(list(values.values()) if isinstance(values, Mapping) else values, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def _t_interval(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+    """(mean, low, high, standard error) of a Student t-interval on x; NaN bounds for n < 2."""
+    n = x.size
+    mean = float(x.mean()) if n else float("nan")
+    if n < 2:
+        return mean, float("nan"), float("nan"), float("nan")
+    se = float(x.std(ddof=1) / math.sqrt(n))
+    if se == 0.0:
+        return mean, mean, mean, 0.0
+    low, high = sps.t.interval(confidence, n - 1, loc=mean, scale=se)
+    return mean, float(low), float(high), se
+
+
+def stability_text(cv: float, n: int) -> str:
+    if n < MIN_REPEATS_FOR_STABILITY:
+        return f"{TOO_FEW} (n={n})"
+    if not math.isfinite(cv):
+        return f"CV undefined (n={n})"
+    verdict = "UNSTABLE" if cv >= UNSTABLE_CV else "stable"
+    return f"{verdict}: CV {100 * cv:.1f}% over n={n}"
+
+
+def summarise(values: Sequence[float] | Mapping[int, float] | np.ndarray,
+              confidence: float = CONFIDENCE) -> dict[str, object]:
+    """One figure over repeats: n, median, geometric mean with a t-interval on the log (`ci_low`,
+    `ci_high`), CV (std ddof=1 / mean), `unstable` (CV >= 10% with n >= 5) and `stability`, a text.
+
+    Values <= 0 have no log: then the interval is the arithmetic t-interval (`method` says which).
+    Each value must be one repeat's figure, never one request's."""
+    x = _clean(values)
+    n = int(x.size)
+    out: dict[str, object] = {"n": n, "median": float(np.median(x)) if n else float("nan")}
+    if n == 0:
+        out.update(mean=float("nan"), ci_low=float("nan"), ci_high=float("nan"), cv=float("nan"),
+                   unstable=False, stability=f"{TOO_FEW} (n=0)", method="none")
+        return out
+    mean = float(x.mean())
+    cv = float(x.std(ddof=1) / abs(mean)) if n > 1 and mean else float("nan")
+    if np.all(x > 0):
+        m, lo, hi, _ = _t_interval(np.log(x), confidence)
+        out.update(mean=math.exp(m), ci_low=math.exp(lo) if math.isfinite(lo) else float("nan"),
+                   ci_high=math.exp(hi) if math.isfinite(hi) else float("nan"),
+                   method="geometric mean, t-interval on log")
+    else:
+        m, lo, hi, _ = _t_interval(x, confidence)
+        out.update(mean=m, ci_low=lo, ci_high=hi, method="arithmetic mean, t-interval")
+    out["cv"] = cv
+    out["unstable"] = bool(n >= MIN_REPEATS_FOR_STABILITY and math.isfinite(cv) and cv >= UNSTABLE_CV)
+    out["stability"] = stability_text(cv, n)
+    return out
+
+
+def _paired_logs(a, b) -> np.ndarray:
+    """log(a_k / b_k) over the repeats both have (Mappings keyed by repeat, or aligned sequences)."""
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+            raise ValueError("pair by repeat: give both sides as {repeat: value} or both as sequences")
+        keys = [k for k in a if k in b]
+        av = np.array([a[k] for k in keys], dtype=float)
+        bv = np.array([b[k] for k in keys], dtype=float)
+    else:
+        av, bv = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if av.shape != bv.shape:
+            raise ValueError(f"paired figures need as many repeats on each side, got {av.size} and {bv.size}")
+    keep = np.isfinite(av) & np.isfinite(bv) & (av > 0) & (bv > 0)
+    return np.log(av[keep] / bv[keep])
+
+
+def detectable_log_effect(sd_log: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Smallest |log ratio| a paired t-test on n repeats detects with this power (two-sided alpha)."""
+    if n < 2 or not math.isfinite(sd_log):
+        return float("nan")
+    df = n - 1
+    return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd_log / math.sqrt(n))
+
+
+def log_ratio_summary(logs: Sequence[float] | np.ndarray, reference: float = 1.0,
+                      confidence: float = CONFIDENCE) -> dict[str, float]:
+    """A ratio from per-repeat log ratios: geometric-mean ratio, t-interval, p-value against
+    `reference`, and the smallest detectable ratio (as a factor >= 1: e.g. 1.08 = 8%)."""
+    x = np.asarray(logs, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    ref = math.log(reference)
+    m, lo, hi, se = _t_interval(x, confidence)
+    sd = float(x.std(ddof=1)) if n > 1 else float("nan")
+    if n < 2:
+        p = float("nan")
+    elif se == 0.0:
+        p = 0.0 if m != ref else 1.0
+    else:
+        p = float(2 * sps.t.sf(abs((m - ref) / se), n - 1))
+    mde = detectable_log_effect(sd, n, 1 - confidence)
+    ex = lambda v: math.exp(v) if math.isfinite(v) else float("nan")  # noqa: E731
+    return {"n": n, "ratio": ex(m), "ci_low": ex(lo), "ci_high": ex(hi), "p_value": p,
+            "sd_log": sd, "detectable_ratio": ex(mde), "reference": reference}
+
+
+def paired_ratio(a_by_repeat, b_by_repeat, reference: float = 1.0,
+                 confidence: float = CONFIDENCE) -> dict[str, float]:
+    """a / b over repeats, paired by repeat: t-interval on the log of the per-repeat ratios."""
+    return log_ratio_summary(_paired_logs(a_by_repeat, b_by_repeat), reference, confidence)
+
+
+def tost(logs: Sequence[float] | np.ndarray, margin: float, reference: float = 1.0,
+         alpha: float = ALPHA) -> dict[str, float]:
+    """Two one-sided t-tests that a ratio lies within [reference / (1 + margin), reference *
+    (1 + margin)] (symmetric on the log). `equivalent` when both p-values are below alpha, which is
+    the (1 - 2 alpha) interval lying inside the margin."""
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin!r}")
+    x = np.asarray(logs, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    ref, d = math.log(reference), math.log1p(margin)
+    if n < 2:
+        return {"n": n, "p_value": float("nan"), "equivalent": False, "ci90_low": float("nan"),
+                "ci90_high": float("nan"), "margin": margin}
+    m, lo, hi, se = _t_interval(x, 1 - 2 * alpha)
+    if se == 0.0:
+        p = 0.0 if abs(m - ref) < d else 1.0
+    else:
+        p_low = sps.t.sf((m - (ref - d)) / se, n - 1)     # H0: ratio <= lower bound
+        p_high = sps.t.cdf((m - (ref + d)) / se, n - 1)   # H0: ratio >= upper bound
+        p = float(max(p_low, p_high))
+    return {"n": n, "p_value": p, "equivalent": bool(p < alpha), "ci90_low": math.exp(lo),
+            "ci90_high": math.exp(hi), "margin": margin}

@@ -1,88 +1,115 @@
-"""One run end to end: validate, provision, load, measure (each repeat in a worker), store."""
+"""One run end to end: validate, provision, load, measure (each repeat in a worker), store.
+
+The plan (profile + overrides -> validated parameters, and repeats per experiment) is made once,
+here, before anything starts; workers get it as it is. Repeats run round-robin across
+experiments (A B C A B C, not A A A B B B), so drift on a shared machine spreads over all of them;
+datasets load before the first round; after loading, and after any repeat of an experiment that
+writes, PostgreSQL is checkpointed and vacuumed so one experiment's writes do not land in the next
+one's window. Manifest keys written here: `schedule` (the order repeats ran in), per experiment
+`status`, `cells` (counts), `reasons`, `repeats`, `network`; `timing`, `calibration`,
+`server_resets`, `has_failures` (see `store`).
+"""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from . import environment, processes, registry, servers
+from . import environment, processes, registry, servers, store
+from .config import PROFILES
 from .errors import HarnessError
 from .experiments.base import Experiment, Params
+from .measure import error_text
 from .servers import ServerStack
-from .store import RunWriter, new_run_id, write_json_atomic
+from .store import RunWriter, experiment_status, new_run_id, write_json_atomic
+from .worker import RepeatSpec, failed_cells
+
+Emit = Callable[[str, dict], None]
 
 
 @dataclass
 class Planned:
     experiment: Experiment
     params: Params
+    repeats: int
 
 
-def plan(names: list[str], profile: str, overrides: dict[str, Any] | None = None) -> list[Planned]:
-    """Resolve names and parameters before anything starts, so bad input fails in milliseconds.
+def repeats_for(exp: Experiment, profile: str, repeat: int | None) -> int:
+    """`--repeat N` if given, else the experiment's own count for the profile."""
+    if repeat is not None:
+        if repeat < 1:
+            raise HarnessError(f"--repeat must be at least 1, got {repeat}")
+        return repeat
+    return max(1, int(exp.repeats.get(profile, 1)))
+
+
+def plan(names: list[str], profile: str, overrides: dict[str, Any] | None = None,
+         repeat: int | None = None) -> list[Planned]:
+    """Resolve names, parameters and repeats before anything starts: bad input fails in milliseconds.
 
     `overrides` keys may be `param` (applied to every experiment that has it) or
     `experiment.param` (applied to that experiment only).
     """
     if not names:
         raise HarnessError("no experiment named; `python -m harness list` shows them")
+    if profile not in PROFILES:
+        raise HarnessError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     exps = [registry.get(n) for n in dict.fromkeys(names)]
     overrides = overrides or {}
+    names_of = {e.name: {f.name for f in fields(e.params_type)} for e in exps}
     for key in overrides:
         target = key.split(".", 1)[0] if "." in key else None
-        if target is not None and target not in {e.name for e in exps}:
+        if target is not None and target not in names_of:
             raise HarnessError(f"--set {key}: {target!r} is not among the experiments of this run")
-        if target is None and not any(key in e.params_type.__dataclass_fields__ for e in exps):
+        if target is None and not any(key in known for known in names_of.values()):
             raise HarnessError(f"--set {key}: no experiment of this run has a parameter {key!r}")
     planned = []
     for e in exps:
         mine = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(f"{e.name}.")}
-        shared = {k: v for k, v in overrides.items()
-                  if "." not in k and k in e.params_type.__dataclass_fields__}
+        shared = {k: v for k, v in overrides.items() if "." not in k and k in names_of[e.name]}
         try:
-            planned.append(Planned(e, e.params(profile, {**shared, **mine})))
+            planned.append(Planned(e, e.params(profile, {**shared, **mine}), repeats_for(e, profile, repeat)))
         except HarnessError as err:
             raise HarnessError(f"{e.name}: {err}") from None
     return planned
 
 
-def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, profile: str) -> dict:
-    """One repeat in a fresh worker process, bounded by the experiment's timeout."""
+def schedule(planned: list[Planned]) -> list[tuple[Planned, int]]:
+    """Round-robin: repeat 0 of every experiment, then repeat 1 of those that have one, ..."""
+    rounds = max((p.repeats for p in planned), default=0)
+    return [(p, k) for k in range(rounds) for p in planned if k < p.repeats]
+
+
+def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
+               known_variants: list[str] | None = None) -> dict[str, Any]:
+    """One repeat in a fresh worker process, bounded by the experiment's `timeout_s`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"experiment": p.experiment.name, "params": p.params.to_dict(), "profile": profile,
-            "servers": stack.to_json(), "out_dir": str(out_dir), "repeat": repeat}
-    spec_path = out_dir / ".spec.json"  # holds un-redacted URIs: removed after the worker ends
-    spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = processes.start(f"worker:{p.experiment.name}", [sys.executable, "-m", "harness.worker",
-                                                          str(spec_path)],
-                           out_dir / "worker.log", env=env, cwd=Path(__file__).resolve().parent.parent)
-    timed_out = False
-    try:
-        proc.popen.wait(timeout=p.params.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        proc.stop()
-        spec_path.unlink(missing_ok=True)
+    spec = RepeatSpec(experiment=p.experiment.name, params=p.params.to_dict(), servers=stack.to_json(),
+                      out_dir=str(out_dir), repeat=repeat)
     result_path = out_dir / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.exists() else {}
-    if timed_out:
-        result.update(status="failed", error=f"timed out after {p.params.timeout_s:g} s "
-                                             f"(parameter timeout_s)")
-    elif not result:
-        result = {"status": "failed",
-                  "error": f"worker exited with code {proc.poll()} before recording a result:\n"
-                           f"{proc.log_tail(15)}"}
+    child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
+                                result_path=result_path, log_path=out_dir / "worker.log",
+                                timeout_s=p.params.timeout_s)
+    result = dict(child.result or {})
+    if child.timed_out:
+        reason = f"timed out after {p.params.timeout_s:g} s (parameter timeout_s)"
+    elif "cells" not in result:
+        reason = f"worker failed before reporting its cells: {child.error}"
+    else:
+        reason = None
+    if reason is not None:  # a repeat that crashes or times out fails all its cells
+        variants = [c["variant"] for c in result.get("cells", [])] or list(known_variants or [])
+        result.update(status="failed", error=reason, cells=failed_cells(variants, reason))
+        result["cell_status"] = "failed"
     result.setdefault("experiment", p.experiment.name)
     result.setdefault("repeat", repeat)
+    result.setdefault("measured_s", 0.0)
     write_json_atomic(result_path, result)
     return result
 
@@ -98,25 +125,86 @@ def _servers_alive(stack: ServerStack, needs: tuple[str, ...]) -> str | None:
     return None
 
 
-def run(names: list[str], profile: str = "quick", repeat: int = 1,
+def reset_server_state(stack: ServerStack) -> dict[str, Any]:
+    """CHECKPOINT and VACUUM ANALYZE the study's PostgreSQL databases (the PostgreSQL role's, and
+    the cluster FerretDB stores its data in), so one experiment's writes (dirty pages, dead rows,
+    stale statistics) are not paid for inside the next one's window."""
+    import psycopg
+
+    out: dict[str, Any] = {}
+    targets = []
+    if stack.postgres is not None:
+        targets.append(("postgres", stack.postgres.uri))
+    if stack.mongodb is not None and stack.mongodb.backend_uri:
+        targets.append(("mongodb_backend", stack.mongodb.backend_uri))
+    for role, dsn in targets:
+        t0 = time.perf_counter()
+        info: dict[str, Any] = {}
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                for statement in ("CHECKPOINT", "VACUUM ANALYZE"):
+                    try:
+                        conn.execute(statement)
+                        info[statement] = "done"
+                    except psycopg.Error as e:  # e.g. no privilege on a server given by DSN
+                        info[statement] = error_text(e, 200)
+        except psycopg.Error as e:
+            info["error"] = error_text(e, 200)
+        info["seconds"] = round(time.perf_counter() - t0, 3)
+        out[role] = info
+    return out
+
+
+@contextmanager
+def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict | None]]:
+    """The experiment's network path (`harness.network.route`, contract C4), or the stack as it is."""
+    from . import network
+
+    with network.route(stack, p.experiment.needs, via_proxy=getattr(p.params, "via_proxy", False),
+                       rtt_ms=getattr(p.params, "rtt_ms", 0.0),
+                       jitter_ms=getattr(p.params, "jitter_ms", 0.0)) as route:
+        yield route.stack, route.record
+
+
+def _calibrate(stack: ServerStack, profile: str) -> dict[str, Any]:
+    """In-run ceilings (`harness.calibration`, contract C3); smoke takes one repeat, not three."""
+    t0 = time.perf_counter()
+    try:
+        from . import calibration
+
+        out = dict(calibration.measure(stack, **({"repeats": 1} if profile == "smoke" else {})))
+    except Exception as e:  # recorded, not fatal: the experiments' own figures stand without it
+        out = {"error": error_text(e, 2000)}
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         overrides: dict[str, Any] | None = None, data_dir: Path | None = None,
-        on_event: Callable[[str, dict], None] | None = None) -> Path:
-    """Run the named experiments; returns the run's directory. Raises HarnessError on bad input."""
-    if repeat < 1:
-        raise HarnessError(f"--repeat must be at least 1, got {repeat}")
-    planned = plan(names, profile, overrides)
+        on_event: Emit | None = None) -> Path:
+    """Run the named experiments; returns the run's directory. Raises HarnessError on bad input,
+    on an unusable data directory (before any server starts) and when the run cannot be written."""
+    planned = plan(names, profile, overrides, repeat)
+    store.check_writable(data_dir)
     emit = on_event or (lambda kind, info: None)
     needs = tuple(sorted({r for p in planned for r in p.experiment.needs}))
+    if any(getattr(p.params, "via_proxy", False) for p in planned):
+        needs += (servers.PROXY,)   # one Toxiproxy for the run, not one per repeat
+    order = schedule(planned)
     writer = RunWriter(data_dir, new_run_id(profile), {
         "profile": profile, "repeat": repeat, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": sys.argv, "overrides": overrides or {},
         "experiments": {p.experiment.name: {"title": p.experiment.title, "needs": list(p.experiment.needs),
-                                            "params": p.params.to_dict(), "status": "pending"}
+                                            "params": p.params.to_dict(), "repeats_planned": p.repeats,
+                                            "status": "pending"}
                         for p in planned},
+        "schedule": [[p.experiment.name, k] for p, k in order],
+        "timing": {p.experiment.name: {"wall_s": 0.0, "measured_s": 0.0} for p in planned},
         "environment": environment.collect(),
     })
-    emit("run_started", {"run_id": writer.run_id, "path": str(writer.path)})
+    emit("run_started", {"run_id": writer.run_id, "path": str(writer.path), "repeats": len(order)})
     stack = None
+    t_run = time.perf_counter()
     try:
         t0 = time.perf_counter()
         with servers.provision(needs) as stack:
@@ -124,61 +212,175 @@ def run(names: list[str], profile: str = "quick", repeat: int = 1,
             writer.manifest["servers"] = environment.identify_servers(stack)
             writer.save()
             emit("servers", writer.manifest["servers"])
-            for p in planned:
-                _run_experiment(p, stack, writer, repeat, profile, emit)
+            emit("calibration", {"when": "before"})
+            writer.manifest["calibration"] = {"before": _calibrate(stack, profile)}
+            _study(planned, order, stack, writer, emit)
+            emit("calibration", {"when": "after"})
+            writer.manifest["calibration"]["after"] = _calibrate(stack, profile)
             _keep_server_logs(stack, writer.path / "servers")
+        writer.manifest["wall_s"] = round(time.perf_counter() - t_run, 2)
+        _summarise(writer)
         statuses = [e["status"] for e in writer.manifest["experiments"].values()]
         status = "complete" if any(s in ("ok", "partial") for s in statuses) else "failed"
-        return writer.commit(status)
+        path = writer.commit(status)
+        emit("timing", {"timing": writer.manifest["timing"], "wall_s": writer.manifest["wall_s"]})
+        return path
+    except store.RunWriteError as e:  # a full disk...: say so, keep `latest`
+        writer.abandon("incomplete", str(e))
+        raise
     except BaseException as e:
         if stack is not None:
-            _keep_server_logs(stack, writer.path / "servers")
+            try:
+                _keep_server_logs(stack, writer.path / "servers")
+            except HarnessError:
+                pass
         kind = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "failed"
-        writer.abandon(kind, f"{type(e).__name__}: {e}")
+        writer.abandon(kind, error_text(e, 2000))
         raise
 
 
-def _run_experiment(p: Planned, stack: ServerStack, writer: RunWriter, repeat: int, profile: str,
-                    emit: Callable[[str, dict], None]) -> None:
-    name = p.experiment.name
-    entry = writer.manifest["experiments"][name]
-    entry["server_labels"] = {r: writer.manifest["servers"].get(r, {}).get("label") for r in p.experiment.needs}
-    dead = _servers_alive(stack, p.experiment.needs)
-    if dead:
-        entry.update(status="failed", error=dead)
-        writer.save()
-        emit("experiment_failed", {"experiment": name, "error": dead})
-        return
-    try:
-        entry["datasets"] = [d.ensure(stack) for d in p.experiment.datasets(p.params)]
-    except Exception as e:  # a dataset that cannot load fails this experiment, not the run
-        entry.update(status="failed", error=f"loading datasets: {type(e).__name__}: {e}")
-        writer.save()
-        emit("experiment_failed", {"experiment": name, "error": entry["error"]})
-        return
-    entry["repeats"] = []
-    for k in range(repeat):
-        emit("repeat_started", {"experiment": name, "repeat": k, "of": repeat})
+def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: ServerStack,
+           writer: RunWriter, emit: Emit) -> None:
+    m = writer.manifest
+    m["server_resets"] = []
+    runnable = {p.experiment.name for p in planned}
+    loaded_any = False
+    for p in planned:  # every dataset before the first round
+        name, entry = p.experiment.name, m["experiments"][p.experiment.name]
+        entry["server_labels"] = {r: m["servers"].get(r, {}).get("label") for r in p.experiment.needs}
+        entry["repeats"] = []
         t0 = time.perf_counter()
-        result = run_repeat(p, stack, writer.repeat_dir(name, k), k, profile)
-        summary = {"repeat": k, "status": result["status"], "seconds": round(time.perf_counter() - t0, 2)}
-        if result.get("error"):
-            summary["error"] = result["error"]
-        if result.get("operation_errors"):
-            summary["operation_errors"] = (f"{result['operation_errors']} of {result['operations']} "
-                                           f"operations failed, first: {result.get('first_operation_error')}")
-        entry["repeats"].append(summary)
+        try:
+            entry["datasets"] = [d.ensure(stack) for d in p.experiment.datasets(p.params)]
+            loaded_any |= any(d["loaded"] for d in entry["datasets"])
+        except Exception as e:  # a dataset that cannot load fails this experiment, not the run
+            _fail_experiment(writer, p, f"loading datasets: {error_text(e)}", emit)
+            runnable.discard(name)
+        m["timing"][name]["wall_s"] += time.perf_counter() - t0
         writer.save()
-        emit("repeat_finished", {"experiment": name, **summary})
-    oks = sum(r["status"] == "ok" for r in entry["repeats"])
-    entry["status"] = "ok" if oks == repeat else ("partial" if oks else "failed")
+    if loaded_any:
+        _reset(writer, stack, "after loading datasets")
+    for p, k in order:
+        name = p.experiment.name
+        if name not in runnable:
+            continue
+        entry = m["experiments"][name]
+        t0 = time.perf_counter()
+        # A local server that died is started again (recorded), before the check: a FerretDB whose
+        # PostgreSQL died still answers ping. A server given by URI fails the check, and this repeat.
+        restarted = servers.restart_dead(stack)
+        if restarted:
+            m.setdefault("server_restarts", []).append({"before": f"{name} r{k}", "what": restarted})
+            emit("servers_restarted", {"experiment": name, "restarted": restarted})
+        dead = _servers_alive(stack, p.experiment.needs)
+        result: dict[str, Any]
+        if dead:
+            result = {"status": "failed", "error": dead, "measured_s": 0.0,
+                      "cells": failed_cells(_known_variants(entry), dead)}
+        else:
+            emit("repeat_started", {"experiment": name, "repeat": k, "of": p.repeats})
+            with _route(p, stack) as (route_stack, record):
+                if record is not None:
+                    entry["network"] = record
+                result = run_repeat(p, route_stack, writer.repeat_dir(name, k), k,
+                                    known_variants=_known_variants(entry))
+        seconds = time.perf_counter() - t0
+        entry["repeats"].append(_repeat_summary(k, result, seconds))
+        m["timing"][name]["wall_s"] += seconds
+        m["timing"][name]["measured_s"] += float(result.get("measured_s") or 0.0)
+        _update_experiment(entry)
+        if p.experiment.writes:
+            _reset(writer, stack, f"after {name} r{k}")
+            m["timing"][name]["wall_s"] += m["server_resets"][-1]["seconds"]
+        writer.save()
+        emit("repeat_finished", {"experiment": name, **entry["repeats"][-1]})
+
+
+def _known_variants(entry: dict[str, Any]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in entry.get("repeats", []):
+        for c in r.get("cells", []):
+            if c["variant"] != "*":
+                seen.setdefault(c["variant"])
+    return list(seen)
+
+
+def _repeat_summary(k: int, result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    cells = result.get("cells", [])
+    out = {"repeat": k, "status": experiment_status(cells), "seconds": round(seconds, 2),
+           "measured_s": round(float(result.get("measured_s") or 0.0), 3),
+           "cells": [{key: c.get(key) for key in ("variant", "status", "reason", "ops", "failed_ops")}
+                     for c in cells]}
+    if result.get("error"):
+        out["error"] = result["error"]
+    return out
+
+
+def _update_experiment(entry: dict[str, Any]) -> None:
+    """Status, cell counts and distinct reasons of an experiment from all its repeats so far."""
+    cells = [c for r in entry["repeats"] for c in r["cells"]]
+    entry["status"] = experiment_status(cells)
+    entry["cells"] = {s: sum(c["status"] == s for c in cells) for s in store.CELL_STATUSES}
+    reasons: dict[str, None] = {}
+    for c in cells:
+        if c["status"] != "ok" and c.get("reason"):
+            reasons.setdefault(f"{c['status']}: {c['variant']}: {str(c['reason']).splitlines()[0][:300]}")
+    entry["reasons"] = list(reasons)[:5]
     if entry["status"] == "failed":
-        entry["error"] = entry["repeats"][-1].get("error")
-    writer.save()
+        entry["error"] = next((r.get("error") for r in reversed(entry["repeats"]) if r.get("error")),
+                              entry["reasons"][0] if entry["reasons"] else None)
+    else:
+        entry.pop("error", None)
+
+
+def _fail_experiment(writer: RunWriter, p: Planned, error: str, emit: Emit) -> None:
+    entry = writer.manifest["experiments"][p.experiment.name]
+    entry.update(status="failed", error=error, cells={"ok": 0, "failed": 0, "skipped": 0}, reasons=[error])
+    emit("experiment_failed", {"experiment": p.experiment.name, "error": error})
+
+
+def _reset(writer: RunWriter, stack: ServerStack, when: str) -> None:
+    t0 = time.perf_counter()
+    info = reset_server_state(stack)
+    writer.manifest["server_resets"].append({"when": when, "seconds": round(time.perf_counter() - t0, 3),
+                                             **info})
+
+
+def _summarise(writer: RunWriter) -> None:
+    """`harness.summary.write(run_path)` (contract C3), if present; a failure is recorded, not fatal."""
+    for entry in writer.manifest["timing"].values():
+        entry["wall_s"], entry["measured_s"] = round(entry["wall_s"], 2), round(entry["measured_s"], 3)
+    writer.save()  # the summary reads the manifest from disk
+    try:
+        from . import summary
+
+        summary.write(writer.path)
+        writer.manifest["summary"] = {"path": "summary.json"}
+    except Exception as e:
+        writer.manifest["summary"] = {"error": error_text(e, 2000)}
 
 
 def _keep_server_logs(stack: ServerStack, dest: Path) -> None:
     for server in (stack.mongodb, stack.postgres):
         if server and server.log_path and Path(server.log_path).exists():
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy(server.log_path, dest / Path(server.log_path).name)
+            try:
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy(server.log_path, dest / Path(server.log_path).name)
+            except OSError as e:
+                raise store.RunWriteError(f"could not write {dest}: {e.strerror or type(e).__name__}; the run "
+                                          "is left incomplete and data/runs/latest is unchanged") from None
+
+
+def timing_lines(manifest: dict[str, Any]) -> list[str]:
+    """Per experiment wall and measured time, and the run's measured/wall ratio (issue 10 item 6)."""
+    timing = manifest.get("timing") or {}
+    lines = []
+    for name, t in timing.items():
+        ratio = t["measured_s"] / t["wall_s"] if t.get("wall_s") else 0.0
+        lines.append(f"  {name:16} wall {t['wall_s']:8.1f} s  measured {t['measured_s']:8.1f} s  ({ratio:.0%})")
+    wall = manifest.get("wall_s") or sum(t["wall_s"] for t in timing.values())
+    measured = sum(t["measured_s"] for t in timing.values())
+    if wall:
+        lines.append(f"  {'run':16} wall {wall:8.1f} s  measured {measured:8.1f} s  ({measured / wall:.0%})")
+    return lines
+

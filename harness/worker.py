@@ -1,74 +1,141 @@
-"""Runs one repeat of one experiment in a fresh process: `python -m harness.worker SPEC.json`.
+"""Runs one repeat of one experiment in a fresh process: `python -m harness.worker SPEC RESULT`.
 
 A fresh interpreter per repeat means one experiment's threads, event loop, pools or GC state cannot
-disturb another's figures, and a crash or hang is contained (the parent enforces the timeout).
-The outcome is written to `<out_dir>/result.json` whatever happens.
+disturb another's figures, and a crash or hang is contained (the parent enforces the time-out
+through `processes.run_child`). The parent hands down validated parameters (`RepeatSpec`): the
+worker applies no profile and no override of its own. The outcome, with one status per cell
+(variant), is written to `<out_dir>/result.json` whatever happens.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from . import registry
-from .experiments.base import Context
+from .experiments.base import Context, Experiment, Params
+from .measure import error_text
+from .processes import child_main
 from .servers import ServerStack
-from .store import write_json_atomic
+from .store import experiment_status
 
 
-def run_spec(spec: dict) -> dict:
-    out_dir = Path(spec["out_dir"])
+@dataclass
+class RepeatSpec:
+    """What the parent hands a worker (JSON through a private file: it holds server URIs)."""
+
+    experiment: str
+    params: dict[str, Any]        # Params.to_dict() of the validated parameters
+    servers: dict[str, Any]       # ServerStack.to_json()
+    out_dir: str
+    repeat: int
+
+
+def params_from_dict(exp: Experiment, values: dict[str, Any]) -> Params:
+    """The experiment's Params from `Params.to_dict()` (JSON lists back to tuples), validated."""
+    given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    p = exp.params_type(**given)
+    p.validate()
+    return p
+
+
+def run_spec(spec: RepeatSpec) -> dict[str, Any]:
+    out_dir = Path(spec.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    exp = registry.get(spec["experiment"])
-    params = exp.params(spec["profile"], spec["params"])
-    ctx = Context(exp, params, ServerStack.from_json(spec["servers"]), out_dir, spec["repeat"],
-                  spec["profile"])
-    result: dict = {"experiment": exp.name, "repeat": spec["repeat"], "status": "running",
-                    "started_at": time.time()}
+    exp = registry.get(spec.experiment)
+    result: dict[str, Any] = {"experiment": exp.name, "repeat": spec.repeat, "status": "running",
+                              "started_at": time.time()}
+    ctx = Context(exp, params_from_dict(exp, spec.params), ServerStack.from_json(spec.servers), out_dir,
+                  spec.repeat)
+    crash = None
     try:
         exp.run(ctx)
         result["status"] = "ok"
     except BaseException as e:  # recorded, not raised: the study goes on with the next experiment
-        result["status"] = "failed"
-        result["error"] = f"{type(e).__name__}: {e}"
-        result["traceback"] = traceback.format_exc()
-    finally:
-        try:
-            result["tables"] = ctx.write_tables()
-        except Exception as e:
-            result["status"] = "failed"
-            result.setdefault("error", f"writing tables failed: {type(e).__name__}: {e}")
-        result.update(_operation_errors(ctx))
-        result["finished_at"] = time.time()
-        result["notes"] = ctx.notes
-        write_json_atomic(out_dir / "result.json", result)
+        crash = error_text(e, 2000)
+        result.update(status="failed", error=crash, traceback=traceback.format_exc())
+    try:
+        result["tables"] = ctx.write_tables()
+    except Exception as e:
+        crash = crash or f"writing tables failed: {error_text(e)}"
+        result.update(status="failed", error=crash)
+    result["cells"] = cells(ctx, crash)
+    result["cell_status"] = experiment_status(result["cells"])
+    result["measured_s"] = measured_s(ctx)
+    result["finished_at"] = time.time()
+    result["notes"] = ctx.notes
     return result
 
 
-def _operation_errors(ctx: Context) -> dict:
-    """How many recorded operations failed (`samples.ok` False), with the first error: a repeat can
-    finish "ok" while its server died halfway, and the manifest must say so."""
-    parts = [df for df in ctx.recorded("samples") if "ok" in df.columns]
-    if not parts:
-        return {}
-    failed = [df.loc[~df["ok"].astype(bool)] for df in parts]
-    n_failed = sum(len(f) for f in failed)
-    out = {"operations": sum(len(df) for df in parts), "operation_errors": n_failed}
-    first = next((f for f in failed if len(f) and "error" in f.columns), None)
-    if first is not None:
-        out["first_operation_error"] = str(first["error"].iloc[0])[:300]
+def _frames(ctx: Context, table: str) -> pd.DataFrame:
+    parts = [df for df in ctx.recorded(table) if "variant" in df.columns and len(df)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"variant": []})
+
+
+def cells(ctx: Context, crash: str | None = None) -> list[dict[str, Any]]:
+    """One status per variant of this repeat (contract C2).
+
+    Variants: every `variant` in any recorded table, plus those `ctx.skip()` named. A cell is
+    `skipped` when skipped; `failed` when the repeat crashed, a `failures` table names it, any
+    sample is `infrastructure`, or failed samples exceed the experiment's `failure_tolerance`
+    (0: any failed sample); otherwise `ok`. A repeat that recorded nothing has one cell, `*`."""
+    variants: dict[str, None] = {}
+    for table in ctx.recorded_tables():
+        for v in _frames(ctx, table)["variant"].dropna().astype(str):
+            variants.setdefault(v)
+    for v in ctx.skipped:
+        variants.setdefault(v)
+    samples = _frames(ctx, "samples")
+    failures = _frames(ctx, "failures")
+    tolerance = ctx.experiment.failure_tolerance
+    out = []
+    for v in variants or ({"*": None} if crash else {}):
+        mine = samples[samples["variant"] == v]
+        ok_col = mine["ok"].astype(bool) if "ok" in mine.columns else pd.Series(True, index=mine.index)
+        ops, failed_ops = len(mine), int((~ok_col).sum())
+        cell = {"variant": v, "status": "ok", "reason": None, "ops": ops, "failed_ops": failed_ops}
+        listed = failures[failures["variant"] == v]
+        infra = "infrastructure" in mine.columns and bool(mine["infrastructure"].fillna(False).astype(bool).any())
+        if v in ctx.skipped:
+            cell.update(status="skipped", reason=ctx.skipped[v])
+        elif crash:
+            cell.update(status="failed", reason=f"repeat failed: {crash}")
+        elif len(listed):
+            cell.update(status="failed", reason=str(listed["error"].iloc[0]) if "error" in listed else "failed")
+        elif failed_ops and (infra or tolerance == 0 or failed_ops > tolerance * ops):
+            first = mine.loc[~ok_col, "error"].dropna() if "error" in mine.columns else pd.Series([], dtype=str)
+            why = f", first: {str(first.iloc[0])[:300]}" if len(first) else ""
+            kind = "infrastructure failure; " if infra else ""
+            cell.update(status="failed", reason=f"{kind}{failed_ops} of {ops} operations failed{why}")
+        out.append(cell)
     return out
+
+
+def failed_cells(variants: list[str], reason: str) -> list[dict[str, Any]]:
+    """Cells of a repeat that crashed or timed out before reporting its own."""
+    return [{"variant": v, "status": "failed", "reason": reason, "ops": 0, "failed_ops": 0}
+            for v in (variants or ["*"])]
+
+
+def measured_s(ctx: Context) -> float:
+    """Seconds inside measured windows: the experiment's own `measured_s` note, else the sum of
+    the `windows` table's `wall_s`."""
+    if "measured_s" in ctx.notes:
+        return float(ctx.notes["measured_s"])
+    windows = _frames(ctx, "windows")
+    return float(windows["wall_s"].sum()) if "wall_s" in windows.columns else 0.0
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    spec = json.loads(Path(sys.argv[1]).read_text())
-    return 0 if run_spec(spec)["status"] == "ok" else 1
+    return child_main(run_spec, RepeatSpec)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

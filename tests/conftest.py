@@ -6,12 +6,10 @@ started by the harness's own provisioning code.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from harness import registry, servers, store, study
+from harness import config, registry, servers, store, study
 
 
 @pytest.fixture(scope="session")
@@ -24,12 +22,6 @@ def stack():
 def stack_env(stack):
     """Environment that makes `study.run` (and subprocesses) reuse the session's servers."""
     return {"STUDY_MONGODB_URI": stack.mongodb_uri, "STUDY_POSTGRES_DSN": stack.postgres_dsn}
-
-
-@pytest.fixture
-def use_stack(stack_env, monkeypatch):
-    for k, v in stack_env.items():
-        monkeypatch.setenv(k, v)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +44,7 @@ def run_experiment(stack, tmp_path):
         for d in planned.experiment.datasets(planned.params):
             d.ensure(stack)
         out = tmp_path / name / "r0"
-        result = study.run_repeat(planned, stack, out, 0, profile)
+        result = study.run_repeat(planned, stack, out, 0)
         tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
         return result, tables
 
@@ -68,4 +60,12 @@ def experiment_tables(run: store.Run, name: str) -> dict[str, pd.DataFrame]:
     return out
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = config.REPO_ROOT
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the item (`item.rep_call`): the fault table records the outcome."""
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep

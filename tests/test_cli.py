@@ -107,3 +107,69 @@ def test_interrupted_run_keeps_previous_latest_and_leaves_no_process(stack_env, 
     time.sleep(0.5)
     left = [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert children and not left, f"processes left behind: {left}"
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_unusable_data_dir_is_one_line_before_any_server_starts(tmp_path, where):
+    if where == "under_a_file":
+        (tmp_path / "a-file").write_text("")
+        bad = tmp_path / "a-file" / "data"
+    else:
+        bad = "/proc/harness-cannot-create"          # not creatable, even by root
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STUDY_")}
+    env["STUDY_DATA_DIR"] = str(bad)
+    t0 = time.monotonic()
+    out = harness("run", "pg_models", "--profile", "smoke", env=env)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "not usable" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and "postgres" not in out.stdout
+    assert time.monotonic() - t0 < 30, "it must fail before provisioning anything"
+
+
+def test_repeats_round_robin_with_cell_statuses_from_a_real_run(stack_env, tmp_path):
+    """Two experiments, two repeats: the repeats interleave (A B A B), a repeat that fails for real
+    (pgbench that exits 1) fails its cells, the other experiment stays ok, and the run is
+    published as complete with failures; `harness runs` says why."""
+    data = tmp_path / "data"
+    env = dict(os.environ, STUDY_DATA_DIR=str(data), **stack_env)
+    out = harness("run", "mongo_pool", "pg_ceiling", "--profile", "smoke", "--repeat", "2",
+                  "--set", "pg_ceiling.pgbench=/bin/false", env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = store.open_run("latest", data)
+    m = run.manifest
+    assert m["schedule"] == [["mongo_pool", 0], ["pg_ceiling", 0], ["mongo_pool", 1], ["pg_ceiling", 1]]
+    started = sorted((run.result(e, k)["started_at"], e, k) for e, k in m["schedule"]
+                     if "started_at" in run.result(e, k))
+    assert [(e, k) for _, e, k in started] == [("mongo_pool", 0), ("pg_ceiling", 0), ("mongo_pool", 1),
+                                               ("pg_ceiling", 1)]
+    assert m["status"] == "complete" and m["has_failures"] is True
+    pool, ceiling = m["experiments"]["mongo_pool"], m["experiments"]["pg_ceiling"]
+    assert pool["status"] == "ok" and pool["cells"]["ok"] >= 2 and pool["cells"]["failed"] == 0
+    assert ceiling["status"] == "failed" and ceiling["cells"]["ok"] == 0 and ceiling["cells"]["failed"] >= 2
+    assert any("pgbench exited with code 1" in r for r in ceiling["reasons"]), ceiling["reasons"]
+    cells = run.cells("pg_ceiling")
+    assert set(cells["status"]) == {"failed"} and sorted(cells["repeat"].unique()) == [0, 1]
+    assert run.table("pg_ceiling", "pgbench").empty                 # no failed cell's rows as if clean
+    assert not run.table("pg_ceiling", "pgbench", ok_only=False).empty
+    for name in ("mongo_pool", "pg_ceiling"):
+        t = m["timing"][name]
+        assert t["wall_s"] > 0 and 0 <= t["measured_s"] <= t["wall_s"]
+    assert m["timing"]["mongo_pool"]["measured_s"] > 0
+    assert "measured" in out.stdout and "run " in out.stdout
+    listed = harness("runs", env=env)
+    assert "pg_ceiling" in listed.stdout and "failed" in listed.stdout and "0 ok" in listed.stdout
+    assert "pgbench exited with code 1" in listed.stdout
+
+
+def test_skipped_cells_from_the_session_smoke_run(smoke_run):
+    """mongo_bulk on FerretDB skips its matching upserts with a reason (a real skipped cell), and the
+    experiment stays ok."""
+    if "ferretdb" not in smoke_run.server_label("mongodb").lower():
+        pytest.skip("the matching-upsert variant is skipped only on FerretDB")
+    cells = smoke_run.cells("mongo_bulk")
+    skipped = cells[cells.status == "skipped"]
+    assert len(skipped) == 1 and "FerretDB" in skipped.reason.iloc[0]
+    assert smoke_run.experiments["mongo_bulk"]["status"] == "ok"
+    kept = smoke_run.table("mongo_bulk", "samples")
+    assert skipped.variant.iloc[0] not in set(kept.variant)

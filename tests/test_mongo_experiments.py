@@ -40,11 +40,24 @@ def _ok(run: store.Run, name: str) -> dict:
 def test_cursor(mongo_run):
     t = _ok(mongo_run, "mongo_cursor")
     params = mongo_run.experiments["mongo_cursor"]["params"]
-    s, probe = t["samples"], t["probe"]
+    s, probe, batching = t["samples"], t["probe"], t["batching"]
     assert SAMPLE_COLUMNS | {"method", "batch_size", "documents"} <= set(s.columns)
     assert s.ok.all() and (s.documents == params["documents"]).all()
-    expected = 1 + len(params["batch_sizes"]) + 1  # default, each batch size, to_list
+    expected = 1 + len(params["batch_sizes"]) + 1 + 1  # default, each batch size, 16 MiB, to_list
     assert len(s) == expected and s.variant.is_unique
+    # MongoDB-sized batches: the batch size comes from the measured document size (about 200 bytes)
+    b = batching.iloc[0]
+    assert b.sampled == min(params["size_sample"], params["documents"]) and 150 <= b.avg_doc_bytes <= 250
+    assert b.batch_size == int(params["mongodb_batch_mib"] * 1024 * 1024 // b.avg_doc_bytes)
+    mongo_sized = s[s.variant == "iterate[batch_size=16MiB]"].iloc[0]
+    assert mongo_sized.batch_size == b.batch_size
+    assert mongo_sized.label == ("MongoDB-sized batches, emulated on FerretDB" if b.server == "FerretDB"
+                                 else "MongoDB-sized batches")
+    # every reply was counted: the batches hold every document, and none exceeds the batch size asked
+    for _, r in s.iterrows():
+        assert r.batches >= 1 and r.max_batch_docs <= (r.batch_size or r.documents), r.variant
+    small = s[s.batch_size == min(params["batch_sizes"])].iloc[0]
+    assert small.batches >= params["documents"] // small.batch_size
     assert {"variant", "seq", "offset_s", "lateness_s"} <= set(probe.columns)
     assert set(probe.variant) == set(s.variant) | {"idle"}
     assert (probe.lateness_s > -0.001).all()
@@ -98,8 +111,12 @@ def test_bulk(mongo_run, stack):
     ups = s[s.op == "bulk_write_upsert"]
     new = ups[ups.matching == "0%"]
     assert len(new) == 1 and new.ok.all() and int(new.n_upserted.iloc[0]) == params["upserts"]
-    # a matching-upsert row exists: measured, or skipped on FerretDB with the reason
-    assert len(ups) == 2 and (ups.ok | ups.error.str.contains("FerretDB", na=False)).all()
+    # the matching upserts: measured, or (FerretDB) a skipped cell with the reason and no row
+    skipped = {c["variant"]: c["reason"] for c in mongo_run.result("mongo_bulk", 0)["cells"]
+               if c["status"] == "skipped"}
+    matching = [v for v in skipped if v.startswith("bulk_write_upsert")]
+    assert len(ups) + len(matching) == 2 and ups.ok.all()
+    assert all("FerretDB" in skipped[v] for v in matching)
     # duplicate key: unordered stores every other document; ordered stops no earlier than the duplicate
     # and stores fewer (MongoDB stops exactly there; FerretDB finishes the failing 100-document chunk)
     assert {"ordered", "batch_docs", "dup_index", "landed", "n_inserted", "write_errors"} <= set(dup.columns)
@@ -118,7 +135,14 @@ def test_models(mongo_run):
     params = mongo_run.experiments["mongo_models"]["params"]
     s, w = t["samples"], t["windows"]
     n_async = len(params["semaphores"]) * len(params["loops"]) * len(params["drivers"])
-    assert len(w) == len(params["thread_counts"]) + n_async
+    n_sweep = len(set(params["pool_sweep"]) - {params["pool_size"]})
+    assert len(w) == len(params["thread_counts"]) + n_async + n_sweep
+    sweep = w[(w["mode"] == "async") & ~w.semaphore & (w.loop == "asyncio") & (w.driver == "pymongo")]
+    assert set(params["pool_sweep"]) <= set(sweep.pool_size)
+    pool = t["server_pool"].iloc[0]
+    if pool.ferretdb:  # FerretDB's own PostgreSQL pool, from its flags, and its connections in use
+        assert pool.pool_max_conns >= 1 and "pool_max_conns" in pool.source or "default" in pool.source
+        assert (sweep.ferretdb_pg_conns_max.dropna() >= 1).all()
     assert set(w["mode"]) == {"threads", "async"}
     assert (w.cpu_s > 0).all() and (w.ops > 0).all()
     assert s.ok.all() and set(s.variant) == set(w.variant)
@@ -128,7 +152,7 @@ def test_models(mongo_run):
 
 
 def test_metrics_name_every_seed_quantity(mongo_run):
-    m = mongo.metrics(mongo_run)
+    m = mongo.named(mongo_run)
     for name in ["mongo_cursor.default.max_stall_ms", "mongo_cursor.batch_size_1000.max_stall_ms",
                  "mongo_cursor.default.total_s", "mongo_cursor.batch_size_1000.total_s",
                  "mongo_cursor.to_list.max_stall_ms", "mongo_cursor.probe.idle_max_ms",
@@ -138,7 +162,10 @@ def test_metrics_name_every_seed_quantity(mongo_run):
                  "mongo_pool.semaphore.p99_ms", "mongo_pool.semaphore.throughput_qps",
                  "mongo_pool.semaphore.ops_per_task_min", "mongo_pool.large_pool.max_ms",
                  "mongo_pool.bare_uvloop.max_ms",
-                 "mongo_client.per_request_ms", "mongo_client.shared_ms", "mongo_client.ratio",
+                 "mongo_client.per_request_ms", "mongo_client.shared_ms",
+                 "mongo_cursor.mongodb_batches.max_stall_ms", "mongo_cursor.mongodb_batches.avg_doc_bytes",
+                 "mongo_models.async_pool2.throughput_qps", "mongo_models.async_pool8.throughput_qps",
+                 "mongo_models.pool_sweep.smallest_over_best_qps",
                  "mongo_bulk.insert_one_us_per_doc", "mongo_bulk.insert_one_extrapolated_s",
                  "mongo_bulk.insert_many_s", "mongo_bulk.insert_many_unordered_s",
                  "mongo_bulk.dup_ordered_landed", "mongo_bulk.dup_unordered_landed",

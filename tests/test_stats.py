@@ -43,7 +43,7 @@ def test_jain_index_bounds():
 def test_spread_flags_unstable_repeats():
     stable = stats.spread([100, 101, 99])
     assert stable["n"] == 3 and not stable["unstable"]
-    unstable = stats.spread([100, 150, 60])
+    unstable = stats.spread([100, 150, 60, 120, 80])
     assert unstable["unstable"] and unstable["cv"] > stats.UNSTABLE_CV
     assert stats.spread([42.0])["std"] == 0.0
 
@@ -71,3 +71,75 @@ def test_hdr_histogram_agrees_with_exact_percentiles_to_three_digits():
     assert hs["count"] == 20_000
     assert hs["p50_ms"] * 1000 == pytest.approx(exact[0], rel=0.01)
     assert hs["p99_ms"] * 1000 == pytest.approx(exact[1], rel=0.01)
+
+
+# -- across repeats (scipy.stats) -------------------------------------------------------------------
+
+def test_summarise_gives_a_t_interval_on_the_log():
+    from scipy import stats as sps
+
+    values = [100.0, 110.0, 90.0, 105.0]
+    s = stats.summarise(values)
+    logs = np.log(values)
+    half = sps.t.ppf(0.975, 3) * logs.std(ddof=1) / 2
+    assert s["n"] == 4 and s["median"] == pytest.approx(102.5)
+    assert s["ci_low"] == pytest.approx(np.exp(logs.mean() - half))
+    assert s["ci_high"] == pytest.approx(np.exp(logs.mean() + half))
+    assert s["cv"] == pytest.approx(np.std(values, ddof=1) / np.mean(values))
+
+
+def test_stability_needs_five_repeats_and_a_cv_of_ten_percent():
+    noisy = [100, 150, 60, 120, 80]
+    assert stats.summarise(noisy)["unstable"]
+    few = stats.summarise(noisy[:3])
+    assert not few["unstable"] and few["stability"].startswith(stats.TOO_FEW)
+    steady = stats.summarise([100, 101, 99, 100, 102])
+    assert not steady["unstable"] and "stable" in steady["stability"]
+    assert stats.spread(noisy[:3])["unstable"] is False   # the old helper follows the same rule
+    assert stats.spread(noisy)["unstable"] is True
+
+
+def test_summarise_without_a_log_falls_back_to_the_arithmetic_interval():
+    s = stats.summarise([0.0, 1.0, 2.0])
+    assert s["method"].startswith("arithmetic") and s["ci_low"] < 1.0 < s["ci_high"]
+    assert stats.summarise([])["n"] == 0
+
+
+def test_paired_ratio_pairs_by_repeat():
+    # drift shared by both sides within a repeat cancels in the paired ratio
+    a = {0: 200.0, 1: 400.0, 2: 300.0, 3: 250.0}
+    b = {0: 100.0, 1: 200.0, 2: 150.0, 3: 125.0, 9: 1.0}  # repeat 9 has no partner: ignored
+    r = stats.paired_ratio(a, b)
+    assert r["n"] == 4 and r["ratio"] == pytest.approx(2.0)
+    assert r["ci_low"] == pytest.approx(2.0) and r["ci_high"] == pytest.approx(2.0) and r["p_value"] == 0.0
+    noisy = stats.paired_ratio([2.0, 2.2, 1.8], [1.0, 1.0, 1.0])
+    assert noisy["ci_low"] < 2.0 < noisy["ci_high"] and noisy["detectable_ratio"] > 1.0
+    with pytest.raises(ValueError):
+        stats.paired_ratio([1.0, 2.0], [1.0])
+
+
+def test_detectable_effect_shrinks_with_more_repeats():
+    assert stats.detectable_log_effect(0.1, 10) < stats.detectable_log_effect(0.1, 3)
+    assert np.isnan(stats.detectable_log_effect(0.1, 1))
+
+
+def test_tost_equivalence_inside_the_margin_only():
+    tight = np.log([1.01, 0.99, 1.0, 1.02, 0.98])
+    assert stats.tost(tight, 0.1)["equivalent"]
+    shifted = np.log([1.3, 1.31, 1.29, 1.3, 1.32])
+    assert not stats.tost(shifted, 0.1)["equivalent"]
+    wide = np.log([1.3, 0.7, 1.2, 0.8, 1.0])
+    assert not stats.tost(wide, 0.1)["equivalent"]
+    with pytest.raises(ValueError):
+        stats.tost(tight, 0.0)
+
+
+def test_failures_are_censored_at_the_timeout_not_dropped():
+    ok = [0.010] * 90
+    dropped = stats.latency_summary(ok)
+    censored = stats.censored_latency_summary(ok, failed=10, timeout_s=5.0)
+    assert censored["count"] == 100 and censored["failed"] == 10 and censored["failed_pct"] == 10.0
+    assert censored["p99_ms"] == pytest.approx(5000.0) and dropped["p99_ms"] == pytest.approx(10.0)
+    assert censored["censored"] and censored["censored_from_pct"] == pytest.approx(90.0)
+    counted = stats.censored_latency_summary(ok, failed=10)   # failures counted, latency unknown
+    assert counted["count"] == 90 and counted["failed"] == 10 and not counted["censored"]

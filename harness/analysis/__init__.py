@@ -1,1 +1,56 @@
-"""Raw tables -> summary tables and named metrics, per experiment family (used by notebooks and claims)."""
+"""Raw tables -> summary tables and per-repeat metrics, per experiment family (used by notebooks,
+the claims and the run summary).
+
+Every analysis module exposes `metrics(run) -> pandas.DataFrame` in one long form, one row per
+figure and repeat (from ok cells only), built with `MetricRows`:
+
+    experiment  str    e.g. "mongo_pool"
+    variant     str    e.g. "bare"; "" for a figure of the experiment as a whole
+    metric      str    e.g. "throughput_qps"
+    unit        str    e.g. "queries/s", "ms", "count", "ratio"
+    repeat      int    the repeat the value comes from: repeats are the unit of evidence, never
+                       the per-operation samples of one window
+    value       float
+    better      str    "higher", "lower", or "" where neither is better
+    bottleneck  str    the variant's measured limiting resource, where the experiment names one
+
+The claims ledger refers to a figure by its dotted name `experiment.variant.metric`
+(`experiment.metric` when variant is ""), which `metric_name()` builds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+METRIC_COLUMNS = ("experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck")
+BETTER = ("higher", "lower", "")
+
+
+def metric_name(experiment: str, variant: str, metric: str) -> str:
+    """The dotted name the claims ledger uses for a figure."""
+    return f"{experiment}.{variant}.{metric}" if variant else f"{experiment}.{metric}"
+
+
+class MetricRows:
+    """Collects per-repeat figures; `frame()` gives the long form above. NaN and None are skipped."""
+
+    def __init__(self) -> None:
+        self._rows: list[dict[str, Any]] = []
+
+    def put(self, experiment: str, variant: str, metric: str, unit: str, repeat: int, value: Any,
+            better: str = "", bottleneck: str = "") -> None:
+        if better not in BETTER:
+            raise ValueError(f"better must be one of {BETTER}, got {better!r}")
+        if value is None:
+            return
+        v = float(value)
+        if math.isnan(v):
+            return
+        self._rows.append({"experiment": experiment, "variant": variant, "metric": metric, "unit": unit,
+                           "repeat": int(repeat), "value": v, "better": better, "bottleneck": bottleneck})
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._rows, columns=list(METRIC_COLUMNS))

@@ -5,8 +5,9 @@ Summary functions (one row per variant and repeat unless said; all statistics fr
 `bulk_summary`, `bulk_duplicates`, `models_summary`. Each returns an empty frame when the run
 does not hold the experiment.
 
-`metrics(run)` gives named quantities to compare with seed 001's figures: the mean over the run's
-ok repeats of the per-repeat value. Names and units:
+`metrics(run)` gives the per-repeat figures (contract C1, `harness.analysis`: one row per figure and
+repeat, ok cells only, with unit and which direction is better); `named(run)` gives the median over
+repeats by dotted name, for printing. Dotted names (`experiment.variant.metric`) and units:
 
 mongo_cursor (V in: default, batch_size_100, batch_size_1000, batch_size_10000, to_list)
 - `mongo_cursor.V.max_stall_ms`     longest probe lateness while reading all documents, ms
@@ -23,13 +24,13 @@ the other loops/drivers; no suffix = asyncio + PyMongo's AsyncMongoClient, the s
 - `mongo_pool.M.ops_per_task_min`, `.ops_per_task_max`       per-task completions (count)
 - `mongo_pool.M.jain_index`         Jain's fairness index of per-task completions (0..1)
 - `mongo_pool.M.errors`             failed operations (count)
-- `mongo_pool.tasks`, `mongo_pool.pool_size`, `mongo_pool.large_pool_size`, `mongo_pool.duration_s`
+- `mongo_pool.M.max_over_window`    max_ms / the measured window (ratio; 1 = waited the whole run)
 
 mongo_client (suffixes as for mongo_pool)
 - `mongo_client.per_request_ms`     mean time per query with a client created and closed per query, ms
 - `mongo_client.shared_ms`          mean time per query on one shared client, ms
 - `mongo_client.per_request_p50_ms`, `mongo_client.shared_p50_ms`   medians, ms
-- `mongo_client.ratio`              per_request_ms / shared_ms
+- `mongo_client.ratio`              per_request_ms / shared_ms, in the same repeat
 
 mongo_bulk
 - `mongo_bulk.insert_one_us_per_doc`      mean insert_one latency, us per document
@@ -37,6 +38,8 @@ mongo_bulk
 - `mongo_bulk.insert_one_extrapolated_s`  that mean x `documents`: the seed's extrapolation, s
 - `mongo_bulk.insert_many_s`              insert_many(documents, ordered=True), s
 - `mongo_bulk.insert_many_unordered_s`    insert_many(documents, ordered=False), s
+- `mongo_bulk.insert_many_us_per_doc`, `mongo_bulk.insert_many_unordered_us_per_doc`  the same per
+  document, us (comparable with insert_one's whatever the document count)
 - `mongo_bulk.documents`                  insert_many size (count)
 - `mongo_bulk.bulk_write_upsert_s`, `mongo_bulk.bulk_write_upsert_us_per_doc`  upserts, all new _ids
 - `mongo_bulk.bulk_write_upsert_matching_s`  upserts partly matching existing _ids, s (absent if skipped)
@@ -58,6 +61,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
+from . import MetricRows, metric_name
 
 SEED_SETUP = ("asyncio", "pymongo")
 
@@ -106,7 +110,8 @@ def cursor_summary(run: Run) -> pd.DataFrame:
                      "documents": int(s.documents), "ok": bool(s.ok), "total_s": s.latency_s,
                      "docs_per_s": stats.throughput(s.documents, s.latency_s) if s.latency_s > 0 else np.nan,
                      "probe_wakeups": ls["count"], "stall_p50_ms": ls["p50_ms"], "stall_p99_ms": ls["p99_ms"],
-                     "stall_max_ms": ls["max_ms"], "error": s.error})
+                     "stall_max_ms": ls["max_ms"], "error": s.error, "label": s.get("label"),
+                     "batches": s.get("batches", np.nan), "max_batch_docs": s.get("max_batch_docs", np.nan)})
     return pd.DataFrame(rows)
 
 
@@ -200,89 +205,159 @@ def bulk_duplicates(run: Run) -> pd.DataFrame:
 
 # -------------------------------------------------------------------------------------- metrics
 
-def _mean(values: list[float]) -> float:
-    return stats.spread(values)["mean"]
+def unit_better(metric: str) -> tuple[str, str]:
+    """(unit, better) of a metric, from its name's suffix (one convention for the whole family)."""
+    if metric in ("throughput_qps",):
+        return "queries/s", "higher"
+    if metric.endswith("_us_per_doc") or metric.startswith("cpu_us_per") or metric.endswith("us_per_wakeup"):
+        return "us", "lower"
+    if metric.endswith("_ms"):
+        return "ms", "lower"
+    if metric.endswith("_s"):
+        return "s", "lower"
+    if metric == "jain_index":
+        return "ratio", "higher"
+    if metric == "ratio":
+        return "ratio", "lower"
+    if metric == "errors":
+        return "count", "lower"
+    return "count", ""
 
 
-def metrics(run: Run) -> dict[str, float]:
-    """Named quantities (see the module docstring), averaged over the run's ok repeats."""
-    acc: dict[str, list[float]] = {}
+def metrics(run: Run) -> pd.DataFrame:
+    """Per-repeat figures in contract C1's long form (harness.analysis), from ok cells only; the
+    dotted names (metric_name) are those of the module docstring. Statistics over repeats are
+    harness.stats's job, not this module's."""
+    rows = MetricRows()
 
-    def put(name: str, value) -> None:
-        if value is not None and not (isinstance(value, float) and np.isnan(value)):
-            acc.setdefault(name, []).append(float(value))
+    def put(experiment: str, variant: str, metric: str, repeat, value) -> None:
+        unit, better = unit_better(metric)
+        rows.put(experiment, variant, metric, unit, int(repeat), value, better)
 
     if _has(run, "mongo_cursor"):
         for _, r in cursor_summary(run).iterrows():
             if not r.ok:
                 continue
-            key = f"mongo_cursor.{_cursor_key(r.method, r.batch_size)}"
-            put(f"{key}.max_stall_ms", r.stall_max_ms)
-            put(f"{key}.p99_stall_ms", r.stall_p99_ms)
-            put(f"{key}.total_s", r.total_s)
-            put("mongo_cursor.documents", r.documents)
+            # the MongoDB-sized (16 MiB) batches: one name whatever the batch size it came to
+            v = "mongodb_batches" if str(r.get("label") or "").startswith("MongoDB-sized") \
+                else _cursor_key(r.method, r.batch_size)
+            put("mongo_cursor", v, "max_batch_docs", r["repeat"], r.max_batch_docs)
+            put("mongo_cursor", v, "max_stall_ms", r["repeat"], r.stall_max_ms)
+            put("mongo_cursor", v, "p99_stall_ms", r["repeat"], r.stall_p99_ms)
+            put("mongo_cursor", v, "total_s", r["repeat"], r.total_s)
+            put("mongo_cursor", "", "documents", r["repeat"], r.documents)
         for _, r in probe_idle(run).iterrows():
-            put("mongo_cursor.probe.idle_max_ms", r.lateness_max_ms)
-            put("mongo_cursor.probe.idle_p99_ms", r.lateness_p99_ms)
-            put("mongo_cursor.probe.cpu_us_per_wakeup", r.cpu_us_per_wakeup)
+            put("mongo_cursor", "probe", "idle_max_ms", r["repeat"], r.lateness_max_ms)
+            put("mongo_cursor", "probe", "idle_p99_ms", r["repeat"], r.lateness_p99_ms)
+            put("mongo_cursor", "probe", "cpu_us_per_wakeup", r["repeat"], r.cpu_us_per_wakeup)
 
     if _has(run, "mongo_pool"):
+        params = run.experiments.get("mongo_pool", {}).get("params", {})
         for _, r in pool_summary(run).iterrows():
-            key = f"mongo_pool.{r['mode']}{_qual(r.loop, r.driver)}"
+            v = f"{r['mode']}{_qual(r.loop, r.driver)}"
             for q in ("throughput_qps", "p50_ms", "p99_ms", "max_ms", "ops_per_task_min", "ops_per_task_max",
                       "jain_index", "errors"):
-                put(f"{key}.{q}", r[q])
-            put(f"{key}.p99_9_ms", r["p99.9_ms"])
-            if r["mode"] == "large_pool":
-                put("mongo_pool.large_pool_size", r.pool_size)
-            else:
-                put("mongo_pool.pool_size", r.pool_size)
-            put("mongo_pool.tasks", r.workers)
-        params = run.experiments.get("mongo_pool", {}).get("params", {})
-        put("mongo_pool.duration_s", params.get("duration_s"))
+                put("mongo_pool", v, q, r["repeat"], r[q])
+            put("mongo_pool", v, "p99_9_ms", r["repeat"], r["p99.9_ms"])
+            # the slowest query as a fraction of the measured window: 1 = it waited the whole run
+            if params.get("duration_s"):
+                rows.put("mongo_pool", v, "max_over_window", "ratio", int(r["repeat"]),
+                         r["max_ms"] / (1000.0 * float(params["duration_s"])), "lower")
 
     if _has(run, "mongo_client"):
-        per: dict[str, dict[str, list[float]]] = {}
+        per: dict[tuple[int, str], dict[str, float]] = {}
         for _, r in client_summary(run).iterrows():
             q = _qual(r.loop, r.driver)
-            put(f"mongo_client.{r['mode']}{q}_ms", r.mean_ms)
-            put(f"mongo_client.{r['mode']}{q}_p50_ms", r.p50_ms)
-            per.setdefault(q, {}).setdefault(r["mode"], []).append(r.mean_ms)
-        for q, modes in per.items():
-            if "per_request" in modes and "shared" in modes:
-                put(f"mongo_client.ratio{q}", _mean(modes["per_request"]) / _mean(modes["shared"]))
+            put("mongo_client", "", f"{r['mode']}{q}_ms", r["repeat"], r.mean_ms)
+            put("mongo_client", "", f"{r['mode']}{q}_p50_ms", r["repeat"], r.p50_ms)
+            per.setdefault((int(r["repeat"]), q), {})[r["mode"]] = r.mean_ms
+        for (rep, q), modes in per.items():
+            if modes.get("shared") and "per_request" in modes:
+                put("mongo_client", "", f"ratio{q}", rep, modes["per_request"] / modes["shared"])
 
     if _has(run, "mongo_bulk"):
         params = run.experiments.get("mongo_bulk", {}).get("params", {})
         for _, r in bulk_summary(run).iterrows():
             if not r.ok:
                 continue
+            rep = r["repeat"]
             if r.op == "insert_one":
-                put("mongo_bulk.insert_one_us_per_doc", r.us_per_doc)
-                put("mongo_bulk.insert_one_count", r.documents)
+                put("mongo_bulk", "", "insert_one_us_per_doc", rep, r.us_per_doc)
+                put("mongo_bulk", "", "insert_one_count", rep, r.documents)
                 if params.get("documents"):
-                    put("mongo_bulk.insert_one_extrapolated_s", r.us_per_doc * params["documents"] / 1e6)
+                    put("mongo_bulk", "", "insert_one_extrapolated_s", rep, r.us_per_doc * params["documents"] / 1e6)
             elif r.op == "insert_many":
-                put("mongo_bulk.insert_many_s" if r.ordered else "mongo_bulk.insert_many_unordered_s", r.total_s)
-                put("mongo_bulk.documents", r.documents)
+                put("mongo_bulk", "", "insert_many_s" if r.ordered else "insert_many_unordered_s", rep, r.total_s)
+                put("mongo_bulk", "", "documents", rep, r.documents)
+                if r.documents:
+                    rows.put("mongo_bulk", "", "insert_many_us_per_doc" if r.ordered
+                             else "insert_many_unordered_us_per_doc", "us", int(rep),
+                             r.total_s / r.documents * 1e6, "lower")
             elif r.op == "bulk_write_upsert":
                 if r.matching in (None, "0%"):
-                    put("mongo_bulk.bulk_write_upsert_s", r.total_s)
-                    put("mongo_bulk.bulk_write_upsert_us_per_doc", r.us_per_doc)
+                    put("mongo_bulk", "", "bulk_write_upsert_s", rep, r.total_s)
+                    put("mongo_bulk", "", "bulk_write_upsert_us_per_doc", rep, r.us_per_doc)
                 else:
-                    put("mongo_bulk.bulk_write_upsert_matching_s", r.total_s)
+                    put("mongo_bulk", "", "bulk_write_upsert_matching_s", rep, r.total_s)
         for _, r in bulk_duplicates(run).iterrows():
-            put(f"mongo_bulk.dup_{'ordered' if r.ordered else 'unordered'}_landed", r.landed)
-            put("mongo_bulk.dup_batch_docs", r.batch_docs)
-            put("mongo_bulk.dup_index", r.dup_index)
+            rep = r["repeat"]
+            put("mongo_bulk", "", f"dup_{'ordered' if r.ordered else 'unordered'}_landed", rep, r.landed)
+            put("mongo_bulk", "", "dup_batch_docs", rep, r.batch_docs)
+            put("mongo_bulk", "", "dup_index", rep, r.dup_index)
+
+    if _has(run, "mongo_cursor"):
+        for _, r in run.table("mongo_cursor", "batching").iterrows():
+            put("mongo_cursor", "mongodb_batches", "avg_doc_bytes", r["repeat"], r.avg_doc_bytes)
+            put("mongo_cursor", "mongodb_batches", "batch_size", r["repeat"], r.batch_size)
 
     if _has(run, "mongo_models"):
-        for _, r in models_summary(run).iterrows():
+        params = run.experiments.get("mongo_models", {}).get("params", {})
+        summary = models_summary(run)
+        for _, r in summary.iterrows():
             if r["mode"] == "threads":
-                key = f"mongo_models.threads{r.workers}"
+                names = [f"threads{r.workers}"]
             else:
-                key = f"mongo_models.async_{'semaphore' if r.semaphore else 'bare'}{_qual(r.loop, r.driver)}"
-            for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms"):
-                put(f"{key}.{q}", r[q])
+                bare = f"async_{'semaphore' if r.semaphore else 'bare'}{_qual(r.loop, r.driver)}"
+                # the pool sweep (seed's setup, no semaphore): one name per maxPoolSize
+                sweep = [f"async_pool{r.pool_size}"] if not r.semaphore and (r.loop, r.driver) == SEED_SETUP \
+                    and r.pool_size in params.get("pool_sweep", ()) else []
+                names = ([bare] if r.pool_size == params.get("pool_size", r.pool_size) else []) + sweep
+            for v in names:
+                for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms"):
+                    put("mongo_models", v, q, r["repeat"], r[q])
+        windows = run.table("mongo_models", "windows")
+        if "ferretdb_pg_conns_max" in windows:
+            for _, w in windows[~windows.semaphore.astype(bool) & (windows["mode"] == "async")].iterrows():
+                if w.pool_size in params.get("pool_sweep", ()) and (w.loop, w.driver) == SEED_SETUP:
+                    put("mongo_models", f"async_pool{w.pool_size}", "ferretdb_pg_conns_max", w["repeat"],
+                        w.ferretdb_pg_conns_max)
+        for _, r in run.table("mongo_models", "server_pool").iterrows():
+            put("mongo_models", "pool_sweep", "ferretdb_pg_pool", r["repeat"], r.pool_max_conns)
+        seed = summary[(summary["mode"] == "async") & ~summary.semaphore.astype(bool)
+                       & (summary.loop == SEED_SETUP[0]) & (summary.driver == SEED_SETUP[1])
+                       & summary.pool_size.isin(params.get("pool_sweep", ()))] if not summary.empty else summary
+        for rep, g in seed.groupby("repeat") if len(seed) else ():
+            if g.pool_size.nunique() < 2:
+                continue
+            best = g.loc[g.throughput_qps.idxmax()]
+            smallest = g.loc[g.pool_size.idxmin()]
+            # the seed: "throughput was highest with the smallest pool tested" <=> this ratio is 1
+            rows.put("mongo_models", "pool_sweep", "smallest_over_best_qps", "ratio", int(rep),
+                     smallest.throughput_qps / best.throughput_qps, "")
+            rows.put("mongo_models", "pool_sweep", "best_pool", "connections", int(rep), best.pool_size, "")
 
-    return {k: _mean(v) for k, v in sorted(acc.items())}
+    return rows.frame()
+
+
+def named(run: Run) -> dict[str, float]:
+    """{dotted name: median over repeats} of metrics(run): for notebooks that print the figures."""
+    return named_medians(metrics(run))
+
+
+def named_medians(frame: pd.DataFrame) -> dict[str, float]:
+    if frame.empty:
+        return {}
+    out = {}
+    for (e, v, m), g in frame.groupby(["experiment", "variant", "metric"], sort=True):
+        out[metric_name(e, v, m)] = stats.summarise(g["value"].to_numpy())["median"]
+    return out

@@ -24,8 +24,9 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
 - ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
 - limit, limit_reason: the seed's decision rule (`limiting_resource`).
 
-Metric names (`metrics(run)`, all floats; the mean over repeats when a run has several):
-  pg_models.cores                                   logical cores the run had (count)
+Metric names: `metrics(run)` gives one row per figure and repeat (contract C1 in harness.analysis;
+ok cells only; `bottleneck` = the variant's limit in that repeat); `named(run)` the median over
+repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (count):
   pg_models.<regime>.pool<P>.<model>.<q>            per model, where
       <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none);
       <P> = pool size; <model> in harness.pg_workload.MODELS;
@@ -35,7 +36,7 @@ Metric names (`metrics(run)`, all floats; the mean over repeats when a run has s
             | server_cpu_us_per_req (us) | db_time_ms (ms) | pool_bound_rps (requests/s)
             | pool_bound_frac (ratio) | littles_law_ms (ms) | littles_law_ratio (ratio)
             | ops_per_client_min | ops_per_client_max (requests) | jain (0..1)
-            | errors (count) | is_pool_bound | is_client_cpu_bound | is_machine_cpu_bound (1/0)
+            | errors (count)
   pg_models.<regime>.pool<P>.rps_min | rps_max      over the seed's four models (requests/s)
   pg_models.<regime>.pool<P>.asyncio_rps_min | asyncio_rps_max
                                                     over asyncio_psycopg and asyncio_asyncpg
@@ -65,6 +66,7 @@ import pandas as pd
 from .. import stats
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
+from . import MetricRows
 
 POOL_BOUND_FRACTION = 0.9     # pool-bound when throughput reaches 90% of pool / db_time
 CPU_SATURATED_FRACTION = 0.9  # a CPU is "near 100%" at 90% of its capacity
@@ -269,56 +271,97 @@ def seed_table(run: Run) -> pd.DataFrame:
     return pd.DataFrame(out).set_index(["configuration", "quantity"])
 
 
-def metrics(run: Run) -> dict[str, float]:
-    """Named figures (see the module docstring for every name and unit)."""
-    out: dict[str, float] = {}
-    t = _mean_over_repeats(models_table(run), ["variant"])
+_UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher"),
+          "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"), "mean_ms": ("ms", "lower"),
+          "latency_avg_ms_reported": ("ms", "lower"), "p99_p50_ratio": ("ratio", "lower"),
+          "cpu_pct": ("% of a core", "lower"), "server_cpu_pct": ("% of a core", ""),
+          "machine_cpu_pct": ("% of a core", ""), "other_cpu_pct": ("% of a core", ""),
+          "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
+          "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
+          "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
+          "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
+          "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
+          "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
+          "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
+          "tps": ("transactions/s", "higher")}
+MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_us_per_req",
+                    "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
+                    "db_time_ms", "pool_bound_rps", "pool_bound_frac", "littles_law_ms", "littles_law_ratio",
+                    "ops_per_client_min", "ops_per_client_max", "jain", "errors")
+
+
+def _unit_better(metric: str) -> tuple[str, str]:
+    if metric in _UNITS:
+        return _UNITS[metric]
+    if "_ratio." in metric:
+        return "ratio", ""
+    return "", ""
+
+
+def metrics(run: Run) -> pd.DataFrame:
+    """Per-repeat figures in contract C1's long form (harness.analysis), from ok cells only.
+    Dotted names as in the module docstring: experiment `pg_models`, variant
+    `<regime>.pool<P>.<model>` (or `<regime>.pool<P>` for a figure of the configuration), metric
+    `<q>`; `bottleneck` is the seed's limiting resource of that variant in that repeat."""
+    rows = MetricRows()
+
+    def put(exp: str, variant: str, metric: str, repeat, value, bottleneck: str = "") -> None:
+        unit, better = _unit_better(metric)
+        rows.put(exp, variant, metric, unit, int(repeat), value, better, bottleneck)
+
+    t = models_table(run)
     if not t.empty:
-        out["pg_models.cores"] = float(cores(run))
         calib = run.table("pg_models", "calibration")
-        quantities = ["rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct",
-                      "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct",
-                      "server_cpu_us_per_req", "db_time_ms",
-                      "pool_bound_rps", "pool_bound_frac", "littles_law_ms", "littles_law_ratio",
-                      "ops_per_client_min", "ops_per_client_max", "jain", "errors"]
-        for (regime, pool), g in t.groupby(["regime", "pool"], sort=False):
-            base = f"pg_models.{regime}.pool{int(pool)}"
+        for _, r in t.iterrows():
+            v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
+            for q in MODEL_QUANTITIES:
+                put("pg_models", v, q, r["repeat"], r[q], r["limit"])
+        for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
+            base = f"{regime}.pool{int(pool)}"
             by_model = g.set_index("model")
-            for m, r in by_model.iterrows():
-                for q in quantities:
-                    out[f"{base}.{m}.{q}"] = float(r[q])
-                out[f"{base}.{m}.is_pool_bound"] = float(r["limit"] == "pool")
-                out[f"{base}.{m}.is_client_cpu_bound"] = float(r["limit"] == "client CPU")
-                out[f"{base}.{m}.is_machine_cpu_bound"] = float(r["limit"] == "machine CPU")
             seed = by_model.loc[[m for m in SEED_MODELS if m in by_model.index], "rps"]
             if len(seed):
-                out[f"{base}.rps_min"], out[f"{base}.rps_max"] = float(seed.min()), float(seed.max())
+                put("pg_models", base, "rps_min", rep, seed.min())
+                put("pg_models", base, "rps_max", rep, seed.max())
             aio = by_model.loc[[m for m in ASYNCIO_DEFAULT_LOOP if m in by_model.index], "rps"]
             if len(aio):
-                out[f"{base}.asyncio_rps_min"] = float(aio.min())
-                out[f"{base}.asyncio_rps_max"] = float(aio.max())
-            c = calib[(calib["regime"] == regime) & (calib["pool"] == pool)]
+                put("pg_models", base, "asyncio_rps_min", rep, aio.min())
+                put("pg_models", base, "asyncio_rps_max", rep, aio.max())
+            c = calib[(calib["regime"] == regime) & (calib["pool"] == pool) & (calib["repeat"] == rep)]
             if len(c):
                 db = _db_time_s(c)
-                out[f"{base}.pool_bound_rps"] = float(pool / db)
-                out[f"{base}.per_connection_rps"] = float(1.0 / db)
+                put("pg_models", base, "pool_bound_rps", rep, pool / db)
+                put("pg_models", base, "per_connection_rps", rep, 1.0 / db)
             for q in ("rps", "cpu_us_per_req", "p99_ms"):
                 for a, b in combinations([m for m in MODELS if m in by_model.index], 2):
                     den = float(by_model.at[b, q])
-                    ratio = float(by_model.at[a, q]) / den if den else math.nan
-                    out[f"{base}.{q}_ratio.{a}_over_{b}"] = ratio
-    c = _mean_over_repeats(ceiling_table(run), ["variant"])
+                    put("pg_models", base, f"{q}_ratio.{a}_over_{b}", rep,
+                        float(by_model.at[a, q]) / den if den else math.nan)
+    c = ceiling_table(run)
     if not c.empty:
         for _, r in c.iterrows():
-            base = f"pg_ceiling.{r['regime']}.c{int(r['clients'])}.{r['mode']}"
+            v = f"{r['regime']}.c{int(r['clients'])}.{r['mode']}"
             for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
                       "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
-                out[f"{base}.{q}"] = float(r[q])
-        for regime, g in c.groupby("regime"):
+                put("pg_ceiling", v, q, r["repeat"], r[q])
+        for (regime, rep), g in c.groupby(["regime", "repeat"]):
             for clients, gc in g.groupby("clients"):
-                out[f"pg_ceiling.{regime}.c{int(clients)}.tps"] = float(gc["rps"].max())
+                put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
             top = g[g["clients"] == g["clients"].max()]
-            out[f"pg_ceiling.{regime}.tps"] = float(top["rps"].max())
+            put("pg_ceiling", regime, "tps", rep, top["rps"].max())
+    frame = rows.frame()
+    if not frame.empty:
+        frame.loc[frame["experiment"] == "pg_models", "bottleneck"] = frame["bottleneck"].fillna("")
+    return frame
+
+
+def named(run: Run) -> dict[str, float]:
+    """{dotted name: median over repeats} of metrics(run): for notebooks that print the figures."""
+    from .mongo import named_medians
+
+    out = named_medians(metrics(run))
+    if out and "pg_models" in run.experiments:
+        out["pg_models.cores"] = float(cores(run))
     return out
 
 
@@ -327,5 +370,5 @@ def model_label(model: str) -> str:
 
 
 __all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
-           "limiting_resource", "cores", "config_label", "model_label", "MODEL_LABELS",
+           "limiting_resource", "cores", "config_label", "named", "model_label", "MODEL_LABELS",
            "POOL_BOUND_FRACTION", "CPU_SATURATED_FRACTION"]

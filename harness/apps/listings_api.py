@@ -10,9 +10,25 @@ One app, three variants chosen at start-up (never per request):
 - ``mixed``: ``async def`` endpoint calling the *synchronous* driver: every query blocks the event
   loop (the pitfall the seed warns about, measured here rather than asserted).
 
+Two queries, chosen at start-up (``LISTINGS_API_QUERY``):
+
+- ``fast`` (default): ``find({"search_key": "<market>|<band>"}, PROJECTION)`` sorted by price, then
+  ``_id``, first ``limit``: top-rated listings (rating >= 95) of one market and price band, cheapest
+  first, nested fields projected. ``search_key`` is precomputed at write time (see
+  ``harness.datasets.listing_search_key``) because FerretDB 1.24 pushes down top-level equality only:
+  with a GIN index on that key in FerretDB's PostgreSQL table, the database reads about 30 documents
+  per request instead of the whole collection.
+- ``seed``: seed 000's aggregation (below), kept as it was.
+
 Configuration (environment, read once in the lifespan; the CLI below sets the same variables):
     LISTINGS_API_MONGODB_URI     the server (required)
     LISTINGS_API_VARIANT         sync | async | mixed                      (default async)
+    LISTINGS_API_QUERY           fast | seed                               (default fast)
+    LISTINGS_API_STATS_FILE      if set, a thread appends every STATS_PERIOD_S a CSV line
+                                 epoch_s,borrowed_tokens,total_tokens,in_flight,loop_lag_s (the
+                                 thread limiter's busy tokens, requests inside the app, and how long
+                                 a callback waited for the event loop): the experiment's bottleneck
+                                 evidence, measured outside the loop so a blocked loop cannot hide it
     LISTINGS_API_THREAD_TOKENS   AnyIO default thread-limiter tokens      (default 40)
     LISTINGS_API_DB              database holding listingsAndReviews      (default study)
     LISTINGS_API_MAX_POOL_SIZE   the driver's maxPoolSize                 (default 100, PyMongo's)
@@ -26,8 +42,8 @@ serves the app in one process; ``--loop uvloop`` selects uvloop:
 Endpoints:
     GET /health                  200 {"status": "ok", variant, thread_tokens, ...} once the client
                                  has reached the server (the lifespan pings it before serving).
-    GET /listings/top?min_rating=95&limit=20
-                                 the seed's "complex aggregation": listings whose
+    GET /listings/top?market=Porto&band=1&limit=20     (query fast)
+    GET /listings/top?min_rating=95&limit=20             (query seed): the seed's "complex aggregation": listings whose
                                  review_scores.review_scores_rating >= min_rating, sorted by price
                                  (then _id, so pages are deterministic), the first `limit`, with
                                  nested fields projected (address.market/country/location
@@ -58,6 +74,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 VARIANTS = ("sync", "async", "mixed")
+QUERIES = ("fast", "seed")
+STATS_PERIOD_S = 0.25
 COLLECTION = "listingsAndReviews"
 DEFAULT_MIN_RATING = 95
 DEFAULT_LIMIT = 20
@@ -113,6 +131,10 @@ class Settings:
         self.thread_tokens = int(env.get("LISTINGS_API_THREAD_TOKENS", "40"))
         self.db = env.get("LISTINGS_API_DB", "study")
         self.max_pool_size = int(env.get("LISTINGS_API_MAX_POOL_SIZE", "100"))
+        self.query = env.get("LISTINGS_API_QUERY", "fast")
+        self.stats_file = env.get("LISTINGS_API_STATS_FILE", "")
+        if self.query not in QUERIES:
+            raise RuntimeError(f"LISTINGS_API_QUERY must be one of {', '.join(QUERIES)}, got {self.query!r}")
         if not self.mongodb_uri:
             raise RuntimeError("LISTINGS_API_MONGODB_URI is not set")
         if self.variant not in VARIANTS:
@@ -125,9 +147,56 @@ class Settings:
                 f"max_pool_size={self.max_pool_size})")
 
 
+def search_key(market: str, band: int) -> str:
+    """The `search_key` value of the fast query (as `harness.datasets.listing_search_key` writes it)."""
+    return f"{market}|{band}"
+
+
+def _sort() -> list[tuple[str, int]]:
+    return [("price", 1), ("_id", 1)]
+
+
+class _Stats:
+    """Samples, in its own thread, the limiter's busy tokens, requests in flight and event-loop lag."""
+
+    def __init__(self, path: str, loop, limiter):
+        import threading
+
+        self.path, self.loop, self.limiter = path, loop, limiter
+        self.in_flight = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="listings-stats", daemon=True)
+        self._thread.start()
+
+    def _lag(self) -> float:
+        import threading
+        import time
+
+        done = threading.Event()
+        t0 = time.perf_counter()
+        self.loop.call_soon_threadsafe(done.set)
+        done.wait(30.0)
+        return time.perf_counter() - t0
+
+    def _run(self) -> None:
+        import time
+
+        with open(self.path, "a", buffering=1) as f:
+            while not self._stop.wait(STATS_PERIOD_S):
+                lag = self._lag()
+                f.write(f"{time.time()!r},{self.limiter.borrowed_tokens},{self.limiter.total_tokens},"
+                        f"{self.in_flight},{lag!r}\n")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=35)
+
+
 def create_app():
+    import asyncio
+
     import anyio.to_thread
-    from fastapi import FastAPI, Query
+    from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import JSONResponse
 
     state: dict[str, Any] = {}
@@ -136,7 +205,8 @@ def create_app():
     async def lifespan(app):
         settings = Settings()
         # The limiter every `def` endpoint's thread is drawn from; it must be set inside the loop.
-        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.thread_tokens
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = settings.thread_tokens
         state["settings"] = settings
         if settings.variant == "async":
             from pymongo import AsyncMongoClient
@@ -150,9 +220,13 @@ def create_app():
             await anyio.to_thread.run_sync(client.admin.command, "ping")
         state["client"] = client
         state["collection"] = client[settings.db][COLLECTION]
+        stats = _Stats(settings.stats_file, asyncio.get_running_loop(), limiter) if settings.stats_file else None
+        state["stats"] = stats
         try:
             yield
         finally:
+            if stats is not None:
+                stats.stop()
             if settings.variant == "async":
                 await client.close()
             else:
@@ -160,30 +234,59 @@ def create_app():
 
     app = FastAPI(title="listings API (seed 000)", lifespan=lifespan)
 
+    @app.middleware("http")
+    async def count_in_flight(request, call_next):
+        stats = state.get("stats")
+        if stats is None:
+            return await call_next(request)
+        stats.in_flight += 1  # only ever changed on the event loop
+        try:
+            return await call_next(request)
+        finally:
+            stats.in_flight -= 1
+
     @app.get("/health")
     async def health():
         s: Settings = state["settings"]
-        return {"status": "ok", "variant": s.variant, "thread_tokens": s.thread_tokens,
+        return {"status": "ok", "variant": s.variant, "query": s.query, "thread_tokens": s.thread_tokens,
                 "max_pool_size": s.max_pool_size, "pid": os.getpid()}
 
-    def _args(min_rating: int, limit: int) -> list[dict[str, Any]]:
-        return pipeline(min_rating, min(max(limit, 1), MAX_LIMIT))
+    def _limit(limit: int) -> int:
+        return min(max(limit, 1), MAX_LIMIT)
 
+    def _fast(market: str | None, band: int | None) -> dict[str, Any]:
+        if market is None or band is None:
+            raise HTTPException(422, "query fast needs market and band")
+        return {"search_key": search_key(market, band)}
+
+    query = os.environ.get("LISTINGS_API_QUERY", "fast")
     variant = os.environ.get("LISTINGS_API_VARIANT", "async")
+
+    def sync_docs(min_rating, limit, market, band) -> list:
+        coll = state["collection"]
+        if query == "fast":
+            return list(coll.find(_fast(market, band), PROJECTION).sort(_sort()).limit(_limit(limit)))
+        return list(coll.aggregate(pipeline(min_rating, _limit(limit))))
+
     if variant == "sync":
         @app.get("/listings/top")
-        def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT)):
-            docs = list(state["collection"].aggregate(_args(min_rating, limit)))
-            return JSONResponse(to_json(docs))
+        def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
+                         market: str | None = Query(None), band: int | None = Query(None)):
+            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band)))
     elif variant == "mixed":
         @app.get("/listings/top")
-        async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT)):
-            docs = list(state["collection"].aggregate(_args(min_rating, limit)))  # blocks the loop
-            return JSONResponse(to_json(docs))
+        async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
+                               market: str | None = Query(None), band: int | None = Query(None)):
+            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band)))  # blocks the loop
     else:
         @app.get("/listings/top")
-        async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT)):
-            docs = await (await state["collection"].aggregate(_args(min_rating, limit))).to_list()
+        async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
+                               market: str | None = Query(None), band: int | None = Query(None)):
+            coll = state["collection"]
+            if query == "fast":
+                docs = await coll.find(_fast(market, band), PROJECTION).sort(_sort()).limit(_limit(limit)).to_list()
+            else:
+                docs = await (await coll.aggregate(pipeline(min_rating, _limit(limit)))).to_list()
             return JSONResponse(to_json(docs))
 
     return app
@@ -198,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--variant", choices=VARIANTS, default=os.environ.get("LISTINGS_API_VARIANT", "async"))
     ap.add_argument("--thread-tokens", type=int, default=int(os.environ.get("LISTINGS_API_THREAD_TOKENS", "40")))
     ap.add_argument("--db", default=os.environ.get("LISTINGS_API_DB", "study"))
+    ap.add_argument("--query", choices=QUERIES, default=os.environ.get("LISTINGS_API_QUERY", "fast"))
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
@@ -205,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     if not a.mongodb_uri:
         ap.error("--mongodb-uri (or LISTINGS_API_MONGODB_URI) is required")
     os.environ.update(LISTINGS_API_MONGODB_URI=a.mongodb_uri, LISTINGS_API_VARIANT=a.variant,
-                      LISTINGS_API_THREAD_TOKENS=str(a.thread_tokens), LISTINGS_API_DB=a.db)
+                      LISTINGS_API_THREAD_TOKENS=str(a.thread_tokens), LISTINGS_API_DB=a.db,
+                      LISTINGS_API_QUERY=a.query)
     import uvicorn
 
     # An import string, so the app (and its variant) is built after the environment is set.

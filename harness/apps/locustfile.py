@@ -7,17 +7,18 @@ Run headless, as `harness.experiments.fastapi_locust` does:
 
 Settings come from the environment so that every Locust process (master, local `--processes`
 workers, or workers on other machines) reads the same ones:
-    LISTINGS_MIN_RATING     query parameter min_rating          (default 95)
-    LISTINGS_LIMIT          query parameter limit               (default 20)
+    LISTINGS_PATH           the request's path and query string  (default: the seed query,
+                            /listings/top?min_rating=95&limit=20); the experiment sets it
     LISTINGS_WAIT_MIN_S     think time between requests, lower  (default 1.0)
     LISTINGS_WAIT_MAX_S     think time between requests, upper  (default 2.0)
     LISTINGS_TIMEOUT_S      FastHttpUser network/connect timeout (default 60, Locust's own)
     LISTINGS_SAMPLES_DIR    if set, every request is also appended to
                             `<dir>/samples-<pid>.csv` (start_epoch_s, response_time_ms, ok, user,
-                            pid), so the harness computes percentiles from raw samples rather than
+                            pid, infrastructure), so the harness computes percentiles from raw samples rather than
                             from Locust's bucketed aggregates
 
 A response counts as a failure unless it is HTTP 200 with a JSON array (the endpoint's shape).
+`infrastructure` is 1 when the connection was refused (the app is gone), not when it was slow.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import os
 
 from locust import FastHttpUser, between, events, task
 
-MIN_RATING = int(os.environ.get("LISTINGS_MIN_RATING", "95"))
-LIMIT = int(os.environ.get("LISTINGS_LIMIT", "20"))
+PATH = os.environ.get("LISTINGS_PATH", "/listings/top?min_rating=95&limit=20")
 WAIT_MIN_S = float(os.environ.get("LISTINGS_WAIT_MIN_S", "1.0"))
 WAIT_MAX_S = float(os.environ.get("LISTINGS_WAIT_MAX_S", "2.0"))
 TIMEOUT_S = float(os.environ.get("LISTINGS_TIMEOUT_S", "60"))
@@ -51,7 +51,10 @@ if SAMPLES_DIR:
     def _record(request_type, name, response_time, response_length, exception=None, context=None,
                 start_time=None, **kwargs):
         user = (context or {}).get("user_id", -1)
-        _samples_file().write(f"{start_time!r},{response_time!r},{int(exception is None)},{user},{os.getpid()}\n")
+        infra = int(exception is not None and (isinstance(exception, ConnectionRefusedError)
+                                               or "refused" in str(exception).lower()))
+        _samples_file().write(f"{start_time!r},{response_time!r},{int(exception is None)},{user},{os.getpid()},"
+                              f"{infra}\n")
 
     @events.quitting.add_listener
     def _close(environment, **kwargs):
@@ -72,7 +75,7 @@ class ListingsUser(FastHttpUser):
 
     @task
     def top_listings(self) -> None:
-        with self.client.get(f"/listings/top?min_rating={MIN_RATING}&limit={LIMIT}", name=REQUEST_NAME,
+        with self.client.get(PATH, name=REQUEST_NAME,
                              catch_response=True) as resp:
             if resp.status_code != 200:
                 resp.failure(f"HTTP {resp.status_code}")

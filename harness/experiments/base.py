@@ -32,22 +32,25 @@ Conventions for recorded tables (Parquet, one file per table per repeat):
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
+import itertools
 import logging
-import time
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from types import ModuleType
+from typing import Any, ClassVar, Iterable, Iterator, TypeVar
 
 import pandas as pd
-import psutil
 
+from ..config import PROFILES
 from ..errors import HarnessError
+from ..measure import Window  # re-exported: experiments use base.Window
 from ..servers import ServerStack
 
-PROFILES = ("smoke", "quick", "full")  # smoke: tiny sizes for the tests; full: the seeds' sizes
+T = TypeVar("T")
+
 
 
 def variant_id(label: str, **params: Any) -> str:
@@ -64,6 +67,77 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def grid(**axes: Any) -> list[dict[str, Any]]:
+    """The one expansion of a parameter grid: every combination of the axes' values, the first axis
+    varying slowest, as dicts ready for `variant_id(label, **point)`. A scalar is a one-value axis.
+
+        grid(loop=("asyncio", "uvloop"), pool=(10, 20))
+        -> [{"loop": "asyncio", "pool": 10}, {"loop": "asyncio", "pool": 20}, {"loop": "uvloop", ...}, ...]
+    """
+    names = list(axes)
+    values = [tuple(v) if isinstance(v, (tuple, list)) else (v,) for v in axes.values()]
+    return [dict(zip(names, combo)) for combo in itertools.product(*values)]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline figure of an experiment, as its analysis module names it in `metrics(run)`."""
+
+    name: str        # e.g. "max_stall_ms"
+    unit: str        # e.g. "ms", "queries/s"
+    better: str      # "higher", "lower", or "" where neither is better
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower", ""):
+            raise ValueError(f"Metric {self.name}: better must be higher, lower or '', got {self.better!r}")
+
+
+KINDS = ("str", "int", "float", "bool", "any")
+OTHER_COLUMNS = "*"   # a schema key: columns beyond the declared ones are allowed (kind "any")
+
+
+def window_columns(**fields: str) -> dict[str, str]:
+    """The schema of a `windows` table: what `Context.window()` always writes, plus `fields`."""
+    return {"variant": "str", "wall_s": "float", "cpu_s": "float", "cpu_user_s": "float",
+            "cpu_system_s": "float", "ops": "int", **fields}
+
+
+def _kind_ok(series: pd.Series, kind: str) -> bool:
+    values = series.dropna()
+    if kind == "any" or values.empty:
+        return True
+    dtype = series.dtype
+    if kind == "float":
+        return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+    if kind == "int":
+        if pd.api.types.is_integer_dtype(dtype):
+            return True
+        # a missing value turns an int column into floats (or objects): the values must stay whole
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
+                   for v in values)
+    if kind == "bool":
+        return pd.api.types.is_bool_dtype(dtype) or all(isinstance(v, bool) for v in values)
+    if kind == "str":
+        return all(isinstance(v, str) for v in values)
+    raise ValueError(f"unknown column kind {kind!r}; use one of {', '.join(KINDS)}")
+
+
+def check_table(experiment: str, schemas: dict[str, dict[str, str]], table: str, df: pd.DataFrame) -> None:
+    """Raise HarnessError naming the table and columns when `df` is off the declared schema."""
+    if table not in schemas:
+        raise HarnessError(f"{experiment} recorded table {table!r}, which it does not declare "
+                           f"(declared: {', '.join(sorted(schemas)) or 'none'})")
+    schema = schemas[table]
+    declared = {c: k for c, k in schema.items() if c != OTHER_COLUMNS}
+    missing = [c for c in declared if c not in df.columns]
+    extra = [] if OTHER_COLUMNS in schema else [c for c in df.columns if c not in declared]
+    wrong = [f"{c} (not {k})" for c, k in declared.items() if c in df.columns and not _kind_ok(df[c], k)]
+    problems = [f"{label}: {', '.join(map(str, cols))}"
+                for label, cols in (("missing", missing), ("undeclared", extra), ("wrong kind", wrong)) if cols]
+    if problems:
+        raise HarnessError(f"{experiment} table {table!r} is off its schema: {'; '.join(problems)}")
+
+
 @dataclass(frozen=True)
 class Params:
     """Base for an experiment's parameters. Defaults are the `full` profile.
@@ -74,10 +148,18 @@ class Params:
 
     warmup_s: float = 1.0        # excluded from every recorded figure
     timeout_s: float = 900.0     # the worker is stopped (and the repeat recorded as failed) past this
+    # The network path (harness.network, contract C4): through Toxiproxy, and the delay it adds to
+    # each round trip (one downstream latency toxic of rtt_ms ± jitter_ms, whole milliseconds).
+    via_proxy: bool = False
+    rtt_ms: float = 0.0
+    jitter_ms: float = 0.0
 
     def validate(self) -> None:
+        from ..network import check_setting
+
         self.require_non_negative("warmup_s")
         self.require_positive("timeout_s")
+        check_setting(self.via_proxy, self.rtt_ms, self.jitter_ms)
 
     # -- helpers for validate(): each names the parameter in its message
     def require_positive(self, *names: str) -> None:
@@ -137,6 +219,17 @@ class Experiment:
     needs: ClassVar[tuple[str, ...]]           # server roles: "mongodb", "postgres"
     params_type: ClassVar[type[Params]] = Params
     profiles: ClassVar[dict[str, dict[str, Any]]] = {"full": {}, "quick": {}, "smoke": {}}
+    # fraction of failed operations a cell tolerates (overload is itself the subject: fastapi)
+    failure_tolerance: ClassVar[float] = 0.0
+    # True if run() writes to a server: the study checkpoints and vacuums after it
+    writes: ClassVar[bool] = False
+    # Declarations read by the worker, the study, the summary and the tests (contract C5):
+    tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
+    headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with
+    analysis: ClassVar[str] = ""                         # dotted path of the analysis module
+    # repeats per profile (`--repeat N` overrides): full >= 3, >= 10 where a window is a few seconds;
+    # quick is one repeat (issue 10: quick <= 4 min)
+    repeats: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 1, "full": 3}
 
     def params(self, profile: str, overrides: dict[str, Any] | None = None) -> Params:
         """The profile's parameters with `overrides` applied, validated."""
@@ -160,48 +253,25 @@ class Experiment:
     def run(self, ctx: "Context") -> None:
         raise NotImplementedError
 
-
-class Window:
-    """A measured window: wall time and this process's CPU time between enter and exit."""
-
-    def __init__(self, variant: str, fields: dict[str, Any]):
-        self.variant = variant
-        self.fields = fields
-        self.ops = 0           # set by the experiment: operations completed inside the window
-        self.t0 = 0.0          # perf_counter() at open; samples' start_s are relative to it
-
-    def __enter__(self) -> "Window":
-        self._proc = psutil.Process()
-        self._cpu0 = self._proc.cpu_times()
-        self._pt0 = time.process_time()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.wall_s = time.perf_counter() - self.t0
-        self.cpu_s = time.process_time() - self._pt0
-        cpu1 = self._proc.cpu_times()
-        self.cpu_user_s = cpu1.user - self._cpu0.user
-        self.cpu_system_s = cpu1.system - self._cpu0.system
-
-    def row(self) -> dict[str, Any]:
-        return {"variant": self.variant, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
-                "cpu_user_s": self.cpu_user_s, "cpu_system_s": self.cpu_system_s, "ops": self.ops,
-                **self.fields}
+    def analysis_module(self) -> ModuleType:
+        """The module named by `analysis`, imported (the one discovery of analysis modules)."""
+        if not self.analysis:
+            raise HarnessError(f"experiment {self.name} declares no analysis module")
+        return importlib.import_module(self.analysis)
 
 
 class Context:
     """What `Experiment.run()` gets: parameters, servers, and where to record."""
 
     def __init__(self, experiment: Experiment, params: Params, servers: ServerStack, out_dir: Path,
-                 repeat: int, profile: str):
+                 repeat: int):
         self.experiment = experiment
         self.params = params
         self.servers = servers
         self.out_dir = out_dir
-        self.repeat = repeat
-        self.profile = profile
+        self.repeat = repeat      # 0-based; `order()` counterbalances variants with it
         self.notes: dict[str, Any] = {}
+        self.skipped: dict[str, str] = {}   # variant -> reason, from `skip()`
         self.log = logging.getLogger(f"harness.{experiment.name}")
         self._tables: dict[str, list[pd.DataFrame]] = {}
 
@@ -217,11 +287,24 @@ class Context:
         if not table.isidentifier():
             raise ValueError(f"table name must be an identifier, got {table!r}")
         df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        if self.experiment.tables:  # an experiment that declares no tables is caught by tests/test_registry.py
+            check_table(self.experiment.name, self.experiment.tables, table, df)
         self._tables.setdefault(table, []).append(df)
 
     def note(self, key: str, value: Any) -> None:
         """A JSON-serialisable fact about this repeat (stored in result.json and the manifest)."""
         self.notes[key] = value
+
+    def order(self, items: Iterable[T]) -> list[T]:
+        """`items` in this repeat's order: as given on even repeats, reversed on odd ones, so that
+        variants compared with each other run back to back and neither always runs first."""
+        out = list(items)
+        return out[::-1] if self.repeat % 2 else out
+
+    def skip(self, variant: str, reason: str) -> None:
+        """Mark `variant` skipped in this repeat (its cell is `skipped`, with `reason`)."""
+        self.skipped[variant] = reason
+        self.log.info("skipping %s: %s", variant, reason)
 
     @contextmanager
     def window(self, variant: str, **fields: Any) -> Iterator[Window]:
@@ -234,6 +317,10 @@ class Context:
     def recorded(self, table: str) -> list[pd.DataFrame]:
         """What has been recorded so far in `table` (one frame per `record()` call)."""
         return list(self._tables.get(table, []))
+
+    def recorded_tables(self) -> list[str]:
+        """Names of the tables recorded so far."""
+        return list(self._tables)
 
     def write_tables(self) -> list[str]:
         written = []

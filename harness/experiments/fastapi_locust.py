@@ -5,38 +5,44 @@ Variants (the `variant` column), each a fresh uvicorn process (one worker, loopb
     sync_40threads  the same with AnyIO's default 40 tokens
     async           `async def` endpoint, AsyncMongoClient (the seed's async side)
     mixed           `async def` endpoint calling the sync driver: blocks the event loop
-The app is `harness.apps.listings_api` (see its docstring for the aggregation and for what FerretDB
-does differently); the load is `harness/apps/locustfile.py` (FastHttpUser).
+The app is `harness.apps.listings_api`; `query` picks its query: `fast` (default: one equality
+FerretDB 1.24 pushes down, on the precomputed `search_key`, about 30 documents read per request) or
+`seed` (seed 000's aggregation, which FerretDB answers by scanning the whole collection).
 
-Per variant:
-1. closed loop: Locust headless ramps to `users` at `spawn_rate` for `run_time_s` with full CSV
-   history. Locust's own CPU and the server's CPU (and the database processes', when this harness
-   started them) are sampled with psutil. If Locust warns that its CPU exceeded 90%, the variant
-   is flagged `generator_saturated` and, if `saturation_rerun_processes` > `locust_processes`,
-   run again with `--processes N` (attempt 1); both attempts are kept.
-2. open loop: `harness.openloop` at a few fixed rates (`openloop_rates`, or fractions of the
-   throughput Locust achieved on this variant), latency from each request's intended send time.
+Settings (fixed; the seed gives only "scaled up to 500 concurrent users"):
+    ramp      `users` at `spawn_rate` users/s (full: 500 at 10/s, 50 s)
+    hold      `hold_s` at `users` after the ramp (full: 30 s); Locust runs ramp + hold
+    think     uniform between `wait_min_s` and `wait_max_s` (0.5-1.5 s, mean 1 s) after each response
+    max_rps   successful requests completed during the hold / the hold's length (req/s): the
+              sustained throughput at 500 users; Locust's own peak "current RPS" (a ~10 s sliding
+              window, the seed's "Max RPS") is kept beside it as `locust_peak_rps`
+Network: `via_proxy=True`, `rtt_ms=2.0` by default (an app and its cloud database in different
+availability zones of one region; see docs/LOAD_TESTING.md for the source). The study routes the
+traffic (harness.network, contract C4); this experiment uses `ctx.servers` as given and measures
+the round trip it actually sees (`db_ping`, median of 50 pings) at the start of each repeat.
+
+Per variant, one Locust run (closed loop). When Locust warns that its CPU exceeded 90%
+(`generator_saturated`), the variant runs again (attempt 1) with Locust's master and
+`saturation_workers` worker processes bound to loopback; both attempts are kept, the last one is used.
+An optional open-loop phase (`openloop_variants`, off by default: latency claims need it, and it
+belongs in an experiment of its own) sends requests at fixed rates with `harness.openloop`.
+
+Measured for the bottleneck (harness.analysis.fastapi names it): CPU of the app, of Locust, of the
+database (FerretDB + its PostgreSQL postmaster and all its children, so background processes such
+as the checkpointer and autovacuum count) and of the whole machine over the hold; the app's own
+samples (every 0.25 s, from a thread: thread-limiter busy tokens, requests in flight, event-loop lag).
 
 Tables (one repeat):
-    runs             one row per Locust attempt: variant, attempt, locust_processes, status, error,
-                     users, spawn_rate, run_time_s, returncode, generator_saturated, wall_s,
-                     server_cpu_s, locust_cpu_s, db_cpu_s, requests, failures, app_variant,
-                     thread_tokens, loop, port
-    samples          one row per Locust request (raw, from the locustfile's hook): variant, attempt,
-                     task (Locust user), pid, start_s (since Locust started), latency_s, ok
-    locust_stats     Locust's `_stats.csv` (its aggregates; columns snake_cased, `50%` -> `p50`)
-    locust_history   Locust's `_stats_history.csv` (one row per second per name, incl. Aggregated)
-    locust_failures  Locust's `_failures.csv` (when any)
-    cpu              psutil samples: variant, phase, attempt, rate, t_s, role (server | locust |
-                     database), cpu_s (cumulative user+system of that role's processes), procs
-    openloop         one row per open-loop request: variant, rate, rate_fraction, connections, seq,
-                     connection, intended_s, actual_s, end_s, corrected_s, naive_s, status, ok,
-                     sent, error
-    openloop_runs    one row per (variant, rate): scheduled, sent, ok, unsent, wall_s, server_cpu_s,
-                     db_cpu_s (generator CPU is the `windows` row of phase openloop)
+    runs             one row per Locust attempt (see `_locust` for the columns)
+    samples          one row per Locust request: variant, attempt, task, pid, start_s (since launch),
+                     latency_s, ok, infrastructure (connection refused: the app is gone)
+    locust_stats / locust_history / locust_failures / locust_exceptions   Locust's CSVs
+    cpu              psutil samples: variant, phase, attempt, rate, t_s, epoch_s, role
+                     (server | locust | database | machine), cpu_s (cumulative), procs
+    app_stats        the app's samples: variant, attempt, epoch_s, borrowed_tokens, total_tokens,
+                     in_flight, loop_lag_s
+    openloop / openloop_runs   the optional open-loop phase (see harness.openloop)
     windows          ctx.window(): phase locust (ops = Locust requests) and phase openloop
-Raw Locust CSVs, logs of uvicorn (one process per phase: uvicorn-locust.log, uvicorn-openloop.log)
-and Locust, and raw samples are kept under artifacts/<variant>/.
 """
 
 from __future__ import annotations
@@ -45,9 +51,11 @@ import csv
 import json
 import os
 import re
+import statistics
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +65,11 @@ import pandas as pd
 import psutil
 
 from .. import datasets, openloop, processes
+from ..config import REPO_ROOT
 from ..errors import HarnessError
-from .base import Experiment, Params, variant_id
+from ..measure import CPUSampler, error_text, find_postmaster, machine_busy_s
+from .base import OTHER_COLUMNS, Experiment, Metric, Params, variant_id, window_columns
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_ROOT / "harness" / "apps" / "locustfile.py"
 APP = "harness.apps.listings_api:app"
 VARIANTS: dict[str, tuple[str, int]] = {   # label -> (app variant, AnyIO thread-limiter tokens)
@@ -69,26 +78,36 @@ VARIANTS: dict[str, tuple[str, int]] = {   # label -> (app variant, AnyIO thread
     "async": ("async", 40),
     "mixed": ("mixed", 40),
 }
+QUERIES = ("fast", "seed")
 CPU_WARNING = re.compile(r"CPU usage (above|was too high|threshold was exceeded)")
+# Microsoft: "Availability zones are connected by a high-performance network with a round-trip
+# latency of less than approximately 2 ms" (learn.microsoft.com, "What are availability zones?").
+# Fixed before the first run; never tuned to results.
+CLOUD_RTT_MS = 2.0
 
 
 @dataclass(frozen=True)
 class FastapiLocustParams(Params):
+    via_proxy: bool = True                 # seed 000 ran against a cloud database (Atlas)
+    rtt_ms: float = CLOUD_RTT_MS
     documents: int = 5_555                 # sample_airbnb's listingsAndReviews size
     variants: tuple[str, ...] = tuple(VARIANTS)
+    query: str = "fast"                    # fast | seed (see the module docstring)
+    market: str = "Porto"                  # query fast: search_key = "<market>|<band>"
+    band: int = 1                          # price band (price // 100): 31 listings for Porto|1
     loop: str = "asyncio"                  # uvicorn --loop: asyncio | uvloop
-    min_rating: int = 95                   # the query: rating >= min_rating, sorted by price...
+    min_rating: int = 95                   # query seed: rating >= min_rating, sorted by price...
     page_size: int = 20                    # ...first page_size listings
     users: int = 500                       # the seed's peak
-    spawn_rate: float = 5.0                # users/s: 500 users after 100 s
-    run_time_s: int = 110
-    wait_min_s: float = 1.0                # Locust think time between a user's requests
-    wait_max_s: float = 2.0
+    spawn_rate: float = 10.0               # users/s: 500 users after 50 s
+    hold_s: float = 30.0                   # at `users` after the ramp
+    wait_min_s: float = 0.5                # Locust think time between a user's requests
+    wait_max_s: float = 1.5
     request_timeout_s: float = 60.0        # FastHttpUser timeouts (Locust's default)
-    locust_processes: int = 1
-    saturation_rerun_processes: int = 2    # rerun a saturated variant with --processes N (0: never)
-    openloop_variants: tuple[str, ...] = tuple(VARIANTS)
-    openloop_rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.9)  # of the variant's Locust throughput
+    locust_workers: int = 0                # 0: one Locust process; N: master + N workers on loopback
+    saturation_workers: int = 2            # rerun a saturated variant with master + N workers (0: never)
+    openloop_variants: tuple[str, ...] = ()
+    openloop_rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.9)  # of the variant's hold throughput
     openloop_rates: tuple[float, ...] = ()  # fixed rates (req/s); when set, used instead of fractions
     openloop_min_rate: float = 0.2
     openloop_duration_s: float = 25.0
@@ -96,39 +115,83 @@ class FastapiLocustParams(Params):
     openloop_drain_s: float = 15.0
     health_timeout_s: float = 60.0
     cpu_sample_s: float = 1.0
-    timeout_s: float = 1500.0
+    ping_count: int = 50
+    timeout_s: float = 900.0
+
+    @property
+    def ramp_s(self) -> float:
+        return self.users / self.spawn_rate
+
+    @property
+    def run_time_s(self) -> int:
+        return int(round(self.ramp_s + self.hold_s))
 
     def validate(self) -> None:
         super().validate()
-        self.require_positive("documents", "page_size", "users", "spawn_rate", "run_time_s",
-                              "request_timeout_s", "locust_processes", "openloop_duration_s",
-                              "openloop_connections", "openloop_min_rate", "health_timeout_s",
-                              "cpu_sample_s")
-        self.require_non_negative("wait_min_s", "wait_max_s", "saturation_rerun_processes",
-                                  "openloop_drain_s", "openloop_rate_fractions", "openloop_rates")
+        self.require_positive("documents", "page_size", "users", "spawn_rate", "hold_s",
+                              "request_timeout_s", "openloop_duration_s", "openloop_connections",
+                              "openloop_min_rate", "health_timeout_s", "cpu_sample_s", "ping_count")
+        self.require_non_negative("wait_min_s", "wait_max_s", "locust_workers", "saturation_workers",
+                                  "openloop_drain_s", "openloop_rate_fractions", "openloop_rates", "band",
+                                  "rtt_ms")
         self.require_choice("variants", tuple(VARIANTS))
         self.require_choice("openloop_variants", tuple(VARIANTS))
         self.require_choice("loop", ("asyncio", "uvloop"))
+        self.require_choice("query", QUERIES)
         if not 0 <= self.min_rating <= 100:
             raise HarnessError(f"parameter min_rating must be a review score from 0 to 100, got {self.min_rating}")
         if self.wait_max_s < self.wait_min_s:
             raise HarnessError("parameter wait_max_s must be at least wait_min_s")
+        if self.rtt_ms and not self.via_proxy:
+            raise HarnessError("parameter rtt_ms needs via_proxy=true")
+
+    @property
+    def path(self) -> str:
+        if self.query == "fast":
+            q = {"market": self.market, "band": self.band, "limit": self.page_size}
+        else:
+            q = {"min_rating": self.min_rating, "limit": self.page_size}
+        return "/listings/top?" + urllib.parse.urlencode(q)
+
+
+_ANY = {OTHER_COLUMNS: "any"}
 
 
 class FastapiLocust(Experiment):
     name = "fastapi_locust"
-    title = "Sync vs async FastAPI + PyMongo under Locust (closed loop) and at fixed rates (open loop)"
+    title = "Sync vs async FastAPI + PyMongo under Locust (closed loop, the seed's 500 users)"
     needs = ("mongodb",)
     params_type = FastapiLocustParams
+    analysis = "harness.analysis.fastapi"
+    failure_tolerance = 0.01               # overload is the subject: a cell fails above 1% failures
+    repeats = {"smoke": 1, "quick": 1, "full": 3}
+    headline = (Metric("max_rps", "req/s", "higher"), Metric("median_ms", "ms", "lower"),
+                Metric("p95_ms", "ms", "lower"), Metric("failure_rate", "ratio", "lower"),
+                Metric("db_cpu_pct", "% of a core", "lower"))
+    tables = {
+        "runs": {"variant": "str", "attempt": "int", "status": "str", **_ANY},
+        "samples": {"variant": "str", "attempt": "int", "task": "int", "start_s": "float",
+                    "latency_s": "float", "ok": "bool", "infrastructure": "bool", **_ANY},
+        "locust_stats": {"variant": "str", "attempt": "int", **_ANY},
+        "locust_history": {"variant": "str", "attempt": "int", **_ANY},
+        "locust_failures": {"variant": "str", "attempt": "int", **_ANY},
+        "locust_exceptions": {"variant": "str", "attempt": "int", **_ANY},
+        "cpu": {"variant": "str", "phase": "str", "role": "str", "cpu_s": "float", **_ANY},
+        "app_stats": {"variant": "str", "attempt": "int", "epoch_s": "float", "borrowed_tokens": "int",
+                      "total_tokens": "int", "in_flight": "int", "loop_lag_s": "float"},
+        "openloop": {"variant": "str", "rate": "float", **_ANY},
+        "openloop_runs": {"variant": "str", "rate": "float", **_ANY},
+        "windows": window_columns(**_ANY),
+    }
     profiles = {
         "full": {},
-        "quick": {"users": 20, "spawn_rate": 2.0, "run_time_s": 60, "openloop_rate_fractions": (0.5, 0.9),
-                  "openloop_duration_s": 10.0, "openloop_drain_s": 10.0, "timeout_s": 900.0},
-        # smoke: 7 s, because Locust's "current RPS" (max_rps) trails by a few seconds and reads 0 before
-        "smoke": {"documents": 300, "users": 4, "spawn_rate": 4.0, "run_time_s": 7, "wait_min_s": 0.1,
-                  "wait_max_s": 0.3, "saturation_rerun_processes": 0, "openloop_rate_fractions": (0.5,),
-                  "openloop_duration_s": 2.0, "openloop_drain_s": 5.0, "openloop_connections": 4,
-                  "health_timeout_s": 30.0, "timeout_s": 300.0},
+        # quick: the same 500 users and think time (so the one-thread app is offered several times
+        # its capacity), a faster ramp and a shorter hold
+        "quick": {"spawn_rate": 50.0, "hold_s": 12.0, "timeout_s": 400.0},
+        "smoke": {"documents": 300, "users": 4, "spawn_rate": 4.0, "hold_s": 6.0, "wait_min_s": 0.1,
+                  "wait_max_s": 0.3, "saturation_workers": 0, "openloop_variants": tuple(VARIANTS),
+                  "openloop_rate_fractions": (0.5,), "openloop_duration_s": 2.0, "openloop_drain_s": 5.0,
+                  "openloop_connections": 4, "health_timeout_s": 30.0, "ping_count": 10, "timeout_s": 300.0},
     }
 
     def datasets(self, p):
@@ -141,82 +204,90 @@ class FastapiLocust(Experiment):
         # Never `import locust` here: it monkey-patches sockets and threads with gevent.
         ctx.note("locust_version", version("locust"))
         ctx.note("server_implementation", ctx.servers.mongodb.implementation if ctx.servers.mongodb else None)
+        ctx.note("settings", {"users": p.users, "spawn_rate": p.spawn_rate, "ramp_s": p.ramp_s, "hold_s": p.hold_s,
+                              "think_s": [p.wait_min_s, p.wait_max_s], "run_time_s": p.run_time_s,
+                              "query": p.query, "path": p.path, "via_proxy": p.via_proxy, "rtt_ms": p.rtt_ms,
+                              "max_rps": "successful requests completed in the hold / hold length",
+                              "cores": psutil.cpu_count()})
         ctx.note("variants", {v: {"app_variant": VARIANTS[v][0], "thread_tokens": VARIANTS[v][1]}
                               for v in p.variants})
-        failed = []
-        for label in p.variants:
-            try:
-                _Variant(ctx, p, label).run()
-            except Exception as e:  # recorded; the next variant still runs
-                ctx.log.exception("variant %s failed", label)
-                if not getattr(e, "recorded", False):
-                    ctx.record("runs", [{"variant": label, "attempt": 0, "status": "failed",
-                                         "error": f"{type(e).__name__}: {e}"[:2000]}])
-                failed.append(label)
+        ctx.note("db_ping", _ping(ctx.servers.mongodb_uri, p.ping_count))
+        with _search_index(ctx, p.query == "fast"):
+            failed = []
+            for label in ctx.order(p.variants):
+                try:
+                    _Variant(ctx, p, label).run()
+                except Exception as e:  # recorded; the next variant still runs
+                    ctx.log.exception("variant %s failed", label)
+                    if not getattr(e, "recorded", False):
+                        ctx.record("runs", [{"variant": label, "attempt": 0, "status": "failed",
+                                             "error": error_text(e, 2000)}])
+                    failed.append(label)
         ctx.note("failed_variants", failed)
         if failed and len(failed) == len(p.variants):
             raise HarnessError(f"every variant failed: {', '.join(failed)}")
 
 
-class _CpuSampler:
-    """Samples, in a thread, the cumulative CPU time (user + system) of each role's processes.
+def _ping(uri: str, n: int) -> dict[str, Any]:
+    """Median round trip of `n` `ping` commands over one connection, as this repeat's traffic sees it."""
+    import pymongo
 
-    A role is a list of root pids; their descendants are found at every sample. A process that
-    exits keeps counting with the CPU it had used when last seen, so a role's total never drops.
-    """
+    with pymongo.MongoClient(uri) as client:
+        client.admin.command("ping")
+        rtts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            client.admin.command("ping")
+            rtts.append((time.perf_counter() - t0) * 1000.0)
+    return {"n": n, "median_ms": statistics.median(rtts), "min_ms": min(rtts), "max_ms": max(rtts)}
 
-    def __init__(self, roles: dict[str, list[int]], interval: float):
-        self.roles = roles
-        self.interval = interval
-        self.rows: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._procs: dict[int, psutil.Process] = {}
-        self._last: dict[int, float] = {}
-        self._members: dict[str, set[int]] = {}
-        self.t0 = time.perf_counter()
 
-    def sample(self) -> None:
-        t = time.perf_counter() - self.t0
-        for role, pids in self.roles.items():
-            members = self._members.setdefault(role, set())
-            for pid in pids:
-                try:
-                    root = self._procs.setdefault(pid, psutil.Process(pid))
-                    for proc in (root, *root.children(recursive=True)):
-                        members.add(proc.pid)
-                        self._procs.setdefault(proc.pid, proc)
-                except psutil.Error:
-                    pass
-            alive = 0
-            for pid in members:
-                try:
-                    ct = self._procs[pid].cpu_times()
-                    self._last[pid] = ct.user + ct.system
-                    alive += 1
-                except psutil.Error:
-                    pass
-            self.rows.append({"t_s": t, "role": role, "cpu_s": sum(self._last.get(m, 0.0) for m in members),
-                              "procs": alive})
+class _search_index:
+    """FerretDB only: a GIN index on `_jsonb -> 'search_key'` in its PostgreSQL table for the run.
 
-    def __enter__(self) -> "_CpuSampler":
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
+    FerretDB 1.24 turns `{"search_key": k}` into `_jsonb->'search_key' @> k`, which the btree index
+    FerretDB itself creates for `create_index("search_key")` cannot serve; the GIN index can.
+    Dropped afterwards. What was done (and the plan) is noted as `ferretdb_search_index`."""
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
+    def __init__(self, ctx, wanted: bool):
+        self.ctx, self.wanted, self.conn, self.index = ctx, wanted, None, None
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
+    def __enter__(self):
+        info: dict[str, Any] = {"requested": self.wanted, "created": False}
+        m = self.ctx.servers.mongodb
+        backend = m.backend_uri if m is not None else None
+        if self.wanted and m is not None and m.implementation == "ferretdb":
+            if not backend:
+                info["skipped"] = "FerretDB's PostgreSQL backend is not known to the harness"
+            else:
+                import psycopg
 
-    def used(self, role: str) -> float:
-        """CPU seconds the role used between the first and the last sample."""
-        vals = [r["cpu_s"] for r in self.rows if r["role"] == role]
-        return vals[-1] - vals[0] if vals else float("nan")
+                from ..servers import FERRETDB_PG_DB
+
+                self.conn = psycopg.connect(backend.rsplit("/", 1)[0] + f"/{FERRETDB_PG_DB}", autocommit=True)
+                row = self.conn.execute(
+                    f'SELECT _jsonb->>\'table\' FROM "{datasets.STUDY_DB}"._ferretdb_database_metadata '
+                    "WHERE _jsonb->>'_id' = %s", (datasets.Listings.name,)).fetchone()
+                if row is None:
+                    info["skipped"] = "no backing table found"
+                else:
+                    self.index = f"{row[0]}_search_key_gin_harness"
+                    table = f'"{datasets.STUDY_DB}"."{row[0]}"'
+                    self.conn.execute(f'CREATE INDEX IF NOT EXISTS "{self.index}" ON {table} '
+                                      "USING gin ((_jsonb -> 'search_key'))")
+                    self.conn.execute(f"ANALYZE {table}")
+                    plan = self.conn.execute(
+                        f"EXPLAIN SELECT _jsonb FROM {table} WHERE _jsonb -> 'search_key' @> '\"Porto|1\"'"
+                    ).fetchall()
+                    info.update(created=True, index=self.index, plan=[r[0] for r in plan])
+        self.ctx.note("ferretdb_search_index", info)
+        return info
+
+    def __exit__(self, *exc):
+        if self.conn is not None:
+            with self.conn:
+                if self.index:
+                    self.conn.execute(f'DROP INDEX IF EXISTS "{datasets.STUDY_DB}"."{self.index}"')
 
 
 def _db_pids(ctx) -> list[int]:
@@ -227,11 +298,9 @@ def _db_pids(ctx) -> list[int]:
             pids += list(server.pids)
     if ctx.servers.mongodb is not None and ctx.servers.mongodb.implementation == "ferretdb":
         # FerretDB's PostgreSQL cluster: its postmaster, found by the backend's port.
-        port = (ctx.servers.mongodb.backend_uri or "").rsplit(":", 1)[-1].split("/", 1)[0]
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            cmd = proc.info.get("cmdline") or []
-            if port and cmd and cmd[0].endswith("/postgres") and "-p" in cmd and port in cmd:
-                pids.append(proc.info["pid"])
+        postmaster, _how = find_postmaster(ctx.servers.mongodb.backend_uri)
+        if postmaster is not None:
+            pids.append(postmaster)
     return sorted(set(pids))
 
 
@@ -260,6 +329,89 @@ def _get(url: str, timeout: float) -> tuple[int, bytes]:
         return r.status, r.read()
 
 
+class _MachineSampler:
+    """Busy CPU seconds of the whole machine (all cores), sampled in a thread: rows like CPUSampler's."""
+
+    def __init__(self, interval: float):
+        self.interval, self.rows = interval, []
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        self.rows.append({"t_s": float("nan"), "epoch_s": time.time(), "role": "machine",
+                          "cpu_s": machine_busy_s(), "procs": -1})
+
+    def __enter__(self) -> "_MachineSampler":
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def _read_app_stats(path: Path, ids: dict[str, Any]) -> pd.DataFrame:
+    cols = ["epoch_s", "borrowed_tokens", "total_tokens", "in_flight", "loop_lag_s"]
+    if not path.exists():
+        return pd.DataFrame()
+    df = pd.read_csv(path, names=cols, header=None, on_bad_lines="skip")
+    df = df.astype({"epoch_s": float, "borrowed_tokens": int, "total_tokens": int, "in_flight": int,
+                    "loop_lag_s": float})
+    for k, v in reversed(ids.items()):
+        df.insert(0, k, v)
+    return df
+
+
+def _cpu_between(cpu: pd.DataFrame, role: str, t0: float, t1: float) -> float:
+    """CPU seconds `role` used between epochs t0 and t1 (linear between samples)."""
+    import numpy as np
+
+    r = cpu[cpu["role"] == role].sort_values("epoch_s")
+    if len(r) < 2:
+        return float("nan")
+    x, y = r["epoch_s"].to_numpy(float), r["cpu_s"].to_numpy(float)
+    return float(np.interp(t1, x, y) - np.interp(t0, x, y))
+
+
+def _hold_figures(history: pd.DataFrame, samples: pd.DataFrame, cpu: pd.DataFrame, app: pd.DataFrame,
+                  epoch0: float, p: FastapiLocustParams) -> dict[str, Any]:
+    """The hold (all users running): its bounds, requests completed in it and the resources used."""
+    out: dict[str, Any] = {}
+    h = history[history.get("name", pd.Series(dtype=str)) == "Aggregated"] if not history.empty else history
+    full = h[h["user_count"] >= p.users] if len(h) else h
+    if full.empty:
+        return {"hold_ok": 0, "hold_failed": 0}
+    t0 = float(full["timestamp"].min())
+    t1 = min(float(full["timestamp"].max()) + 1.0, t0 + p.hold_s)
+    out["hold_start_s"], out["hold_end_s"] = t0 - epoch0, t1 - epoch0
+    span = t1 - t0
+    out["hold_wall_s"] = span
+    if len(samples):
+        end = samples["start_s"] + samples["latency_s"]
+        inside = samples[(end >= out["hold_start_s"]) & (end < out["hold_end_s"])]
+        out["hold_ok"] = int(inside["ok"].sum())
+        out["hold_failed"] = int((~inside["ok"]).sum())
+        out["hold_infrastructure"] = int(inside["infrastructure"].sum())
+        ok = inside[inside["ok"]]
+        out["hold_mean_latency_s"] = float(ok["latency_s"].mean()) if len(ok) else float("nan")
+    for role in ("server", "locust", "database", "machine"):
+        out[f"hold_{role}_cpu_s"] = _cpu_between(cpu, role, t0, t1) if not cpu.empty else float("nan")
+    if not app.empty:
+        a = app[(app["epoch_s"] >= t0) & (app["epoch_s"] < t1)]
+        if len(a):
+            out["hold_busy_tokens_mean"] = float(a["borrowed_tokens"].mean())
+            out["hold_total_tokens"] = int(a["total_tokens"].max())
+            out["hold_in_flight_mean"] = float(a["in_flight"].mean())
+            out["hold_loop_lag_p50_s"] = float(a["loop_lag_s"].median())
+    return out
+
+
 class _Variant:
     def __init__(self, ctx, p: FastapiLocustParams, label: str):
         self.ctx, self.p, self.label = ctx, p, label
@@ -272,14 +424,17 @@ class _Variant:
         """A fresh uvicorn process on a free loopback port, healthy and warmed up."""
         port = processes.free_port()
         self.url = f"http://127.0.0.1:{port}"
+        self.stats_file = self.dir / f"app-stats-{phase}.csv"
+        self.stats_file.unlink(missing_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", LISTINGS_API_MONGODB_URI=self.ctx.servers.mongodb_uri,
-                   LISTINGS_API_VARIANT=self.app_variant, LISTINGS_API_THREAD_TOKENS=str(self.tokens))
+                   LISTINGS_API_VARIANT=self.app_variant, LISTINGS_API_THREAD_TOKENS=str(self.tokens),
+                   LISTINGS_API_QUERY=self.p.query, LISTINGS_API_STATS_FILE=str(self.stats_file))
         server = processes.start(f"uvicorn:{self.label}:{phase}", [
             sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", str(port),
             "--loop", self.p.loop, "--no-access-log", "--log-level", "warning"],
             self.dir / f"uvicorn-{phase}.log", env=env, cwd=REPO_ROOT)
         self.base = {"app_variant": self.app_variant, "thread_tokens": self.tokens, "loop": self.p.loop,
-                     "port": port}
+                     "query": self.p.query, "port": port}
         try:
             self._wait_healthy(server)
             self._warm_up()
@@ -290,16 +445,15 @@ class _Variant:
 
     def run(self) -> None:
         p = self.p
-        # Each phase gets its own server: requests Locust left queued in the first (a sync
+        # Each attempt gets its own server: requests Locust left queued in the first (a sync
         # endpoint's thread-pool queue outlives the client's disconnect) must not delay the second.
         server = self._start_server("locust")
         try:
-            attempt, procs = 0, p.locust_processes
-            row = self._locust(server, attempt, procs)
-            if row["generator_saturated"] and p.saturation_rerun_processes > procs:
+            row = self._locust(server, 0, p.locust_workers)
+            if row["generator_saturated"] and p.saturation_workers > p.locust_workers:
                 server.stop()
                 server = self._start_server("locust-a1")
-                row = self._locust(server, attempt + 1, p.saturation_rerun_processes)
+                row = self._locust(server, 1, p.saturation_workers)
         finally:
             server.stop()
         if self.label in p.openloop_variants:
@@ -318,7 +472,7 @@ class _Variant:
                 status, body = _get(self.url + "/health", 5)
                 health = json.loads(body)
                 if status == 200 and health.get("variant") == self.app_variant \
-                        and health.get("thread_tokens") == self.tokens:
+                        and health.get("thread_tokens") == self.tokens and health.get("query") == self.p.query:
                     self.ctx.note(f"health_{self.label}", health)
                     return
             except OSError:
@@ -328,73 +482,98 @@ class _Variant:
             time.sleep(0.2)
         raise HarnessError(f"uvicorn ({self.label}) did not become healthy: {server.log_tail(15)}")
 
-    def _query(self) -> str:
-        return f"/listings/top?min_rating={self.p.min_rating}&limit={self.p.page_size}"
-
     def _warm_up(self) -> None:
         """Outside every window: the driver's pool, FastAPI's first-request paths."""
         deadline = time.monotonic() + self.p.warmup_s
         while True:
-            status, body = _get(self.url + self._query(), self.p.request_timeout_s)
+            status, body = _get(self.url + self.p.path, self.p.request_timeout_s)
             if status != 200 or not isinstance(json.loads(body), list):
                 raise HarnessError(f"warm-up request failed: HTTP {status}")
             if time.monotonic() >= deadline:
                 return
 
-    def _locust(self, server, attempt: int, procs: int) -> dict[str, Any]:
+    def _generator(self, prefix: Path, attempt: int, workers: int, env: dict[str, str]) -> list:
+        """Locust: one process, or a master and `workers` workers talking over loopback only."""
+        p = self.p
+        common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "INFO"]
+        run_args = ["--headless", "-u", str(p.users), "-r", str(p.spawn_rate), "-t", f"{p.run_time_s}s",
+                    "--host", self.url, "--csv", str(prefix), "--csv-full-history", "--only-summary",
+                    "--stop-timeout", "5"]
+        if workers == 0:
+            return [processes.start(f"locust:{self.label}", common + run_args,
+                                    self.dir / f"locust-a{attempt}.log", env=env, cwd=REPO_ROOT)]
+        port = processes.free_port()
+        master = processes.start(f"locust-master:{self.label}", common + run_args + [
+            "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--expect-workers", str(workers), "--expect-workers-max-wait", "60"],
+            self.dir / f"locust-a{attempt}.log", env=env, cwd=REPO_ROOT)
+        procs = [master]
+        for k in range(workers):
+            procs.append(processes.start(f"locust-worker{k}:{self.label}", common + [
+                "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                self.dir / f"locust-a{attempt}-worker{k}.log", env=env, cwd=REPO_ROOT))
+        return procs
+
+    def _locust(self, server, attempt: int, workers: int) -> dict[str, Any]:
         p, ctx = self.p, self.ctx
         prefix = self.dir / f"locust-a{attempt}"
         samples_dir = self.dir / f"samples-a{attempt}"
-        argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-                "-u", str(p.users), "-r", str(p.spawn_rate), "-t", f"{p.run_time_s}s",
-                "--host", self.url, "--csv", str(prefix), "--csv-full-history", "--only-summary",
-                "--stop-timeout", "5", "--loglevel", "INFO"]
-        if procs > 1:
-            argv += ["--processes", str(procs)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", LISTINGS_MIN_RATING=str(p.min_rating),
-                   LISTINGS_LIMIT=str(p.page_size), LISTINGS_WAIT_MIN_S=str(p.wait_min_s),
-                   LISTINGS_WAIT_MAX_S=str(p.wait_max_s), LISTINGS_TIMEOUT_S=str(p.request_timeout_s),
-                   LISTINGS_SAMPLES_DIR=str(samples_dir))
-        log = self.dir / f"locust-a{attempt}.log"
-        row: dict[str, Any] = {"variant": self.label, "attempt": attempt, "locust_processes": procs,
-                               "users": p.users, "spawn_rate": p.spawn_rate, "run_time_s": p.run_time_s,
-                               **self.base}
+        env = dict(os.environ, PYTHONUNBUFFERED="1", LISTINGS_PATH=p.path,
+                   LISTINGS_WAIT_MIN_S=str(p.wait_min_s), LISTINGS_WAIT_MAX_S=str(p.wait_max_s),
+                   LISTINGS_TIMEOUT_S=str(p.request_timeout_s), LISTINGS_SAMPLES_DIR=str(samples_dir))
+        row: dict[str, Any] = {"variant": self.label, "attempt": attempt, "locust_workers": workers,
+                               "users": p.users, "spawn_rate": p.spawn_rate, "ramp_s": p.ramp_s,
+                               "hold_s": p.hold_s, "run_time_s": p.run_time_s, "think_mean_s":
+                               (p.wait_min_s + p.wait_max_s) / 2, "request_timeout_s": p.request_timeout_s,
+                               "cores": psutil.cpu_count(), **self.base}
         epoch0 = time.time()
-        with ctx.window(self.label, phase="locust", attempt=attempt, locust_processes=procs) as w:
-            gen = processes.start(f"locust:{self.label}", argv, log, env=env, cwd=REPO_ROOT)
+        error = None
+        with ctx.window(self.label, phase="locust", attempt=attempt, locust_workers=workers) as w:
+            gens = self._generator(prefix, attempt, workers, env)
             try:
-                with _CpuSampler({"server": [server.pid], "locust": [gen.pid], "database": self.db_pids},
-                                 p.cpu_sample_s) as cpu:
-                    try:
-                        gen.popen.wait(timeout=p.run_time_s + p.request_timeout_s + 60)
-                        error = None
-                    except Exception:
+                with CPUSampler({"server": [server.pid], "locust": [g.pid for g in gens],
+                                 "database": self.db_pids}, p.cpu_sample_s) as cpu, \
+                        _MachineSampler(p.cpu_sample_s) as machine:
+                    cpu_epoch0 = time.time() - (time.perf_counter() - cpu.t0)
+                    if gens[0].wait(p.run_time_s + p.request_timeout_s + 90) is None:
                         error = "locust did not stop in time"
             finally:
-                gen.stop()
+                for g in gens:
+                    g.stop()
             row["wall_s"] = time.perf_counter() - w.t0
             samples = self._samples(samples_dir, epoch0, {"variant": self.label, "attempt": attempt})
             w.ops = len(samples)
-        row["returncode"] = gen.poll()
+        row["returncode"] = gens[0].poll()
         row["server_cpu_s"] = cpu.used("server")
         row["locust_cpu_s"] = cpu.used("locust")
         row["db_cpu_s"] = cpu.used("database") if self.db_pids else float("nan")
-        text = log.read_text(errors="replace") if log.exists() else ""
+        text = "".join((self.dir / f"locust-a{attempt}{sfx}.log").read_text(errors="replace")
+                       for sfx in ["", *[f"-worker{k}" for k in range(workers)]]
+                       if (self.dir / f"locust-a{attempt}{sfx}.log").exists())
         row["generator_saturated"] = bool(CPU_WARNING.search(text))
-        ctx.record("cpu", [{"variant": self.label, "phase": "locust", "attempt": attempt, "rate": float("nan"),
-                            **r} for r in cpu.rows])
+        cpu_rows = [{"variant": self.label, "phase": "locust", "attempt": attempt, "rate": float("nan"),
+                     "epoch_s": cpu_epoch0 + r["t_s"], **r} for r in cpu.rows]
+        cpu_rows += [{"variant": self.label, "phase": "locust", "attempt": attempt, "rate": float("nan"), **r}
+                     for r in machine.rows]
+        ctx.record("cpu", cpu_rows)
         ids = {"variant": self.label, "attempt": attempt}
+        tables = {}
         for kind, table in (("stats", "locust_stats"), ("stats_history", "locust_history"),
                             ("failures", "locust_failures"), ("exceptions", "locust_exceptions")):
             df = _read_locust_csv(Path(f"{prefix}_{kind}.csv"), **ids)
+            tables[table] = df
             if not df.empty:
                 ctx.record(table, df)
+        app = _read_app_stats(self.stats_file, ids)
+        if not app.empty:
+            ctx.record("app_stats", app)
+        row.update(_hold_figures(tables["locust_history"], samples, pd.DataFrame(cpu_rows), app, epoch0, p))
         row["requests"] = len(samples)
         row["failures"] = int((~samples["ok"]).sum()) if len(samples) else 0
         if row["returncode"] not in (0, 1):  # 1: some requests failed (recorded as failures)
-            error = error or f"locust exited with code {row['returncode']}: {gen.log_tail(10)}"
+            error = error or f"locust exited with code {row['returncode']}: {gens[0].log_tail(10)}"
         if not Path(f"{prefix}_stats.csv").exists():
-            error = error or f"locust wrote no CSV: {gen.log_tail(10)}"
+            error = error or f"locust wrote no CSV: {gens[0].log_tail(10)}"
         row["status"] = "failed" if error else "ok"
         row["error"] = error or ""
         ctx.record("runs", [row])
@@ -408,9 +587,9 @@ class _Variant:
         parts = []
         for f in sorted(samples_dir.glob("samples-*.csv")):
             with open(f, newline="") as fh:
-                rows = [r for r in csv.reader(fh) if len(r) == 5]
+                rows = [r for r in csv.reader(fh) if len(r) == 6]
             if rows:
-                parts.append(pd.DataFrame(rows, columns=["start", "ms", "ok", "task", "pid"]))
+                parts.append(pd.DataFrame(rows, columns=["start", "ms", "ok", "task", "pid", "infra"]))
         if not parts:
             return pd.DataFrame({"ok": pd.Series(dtype=bool)})
         raw = pd.concat(parts, ignore_index=True)
@@ -420,6 +599,7 @@ class _Variant:
             "start_s": raw["start"].astype(float) - epoch0,
             "latency_s": raw["ms"].astype(float) / 1000.0,
             "ok": raw["ok"].astype(int).astype(bool),
+            "infrastructure": raw["infra"].astype(int).astype(bool),
         }).sort_values("start_s", ignore_index=True)
         self.ctx.record("samples", df)
         return df
@@ -428,8 +608,7 @@ class _Variant:
         p = self.p
         if p.openloop_rates:
             return [(r, float("nan")) for r in p.openloop_rates]
-        ok = locust_row["requests"] - locust_row["failures"]
-        achieved = ok / p.run_time_s
+        achieved = locust_row.get("hold_ok", 0) / locust_row.get("hold_wall_s", float("inf"))
         rates: dict[float, float] = {}
         for f in p.openloop_rate_fractions:  # rates floored at openloop_min_rate may coincide: run once
             rates.setdefault(round(max(p.openloop_min_rate, f * achieved), 6), f)
@@ -438,9 +617,9 @@ class _Variant:
     def _openloop(self, server, locust_row: dict[str, Any]) -> None:
         p, ctx = self.p, self.ctx
         for rate, fraction in self._rates(locust_row):
-            with _CpuSampler({"server": [server.pid], "database": self.db_pids}, p.cpu_sample_s) as cpu:
+            with CPUSampler({"server": [server.pid], "database": self.db_pids}, p.cpu_sample_s) as cpu:
                 with ctx.window(self.label, phase="openloop", rate=rate, rate_fraction=fraction) as w:
-                    res = openloop.run(self.url + self._query(), rate, p.openloop_duration_s,
+                    res = openloop.run(self.url + self.p.path, rate, p.openloop_duration_s,
                                        connections=p.openloop_connections, timeout_s=p.request_timeout_s,
                                        drain_s=p.openloop_drain_s, loop=p.loop)
                     df = res.frame()

@@ -11,8 +11,8 @@ variant and at the end; `orders` is never touched. Documents are the `orders` do
   `upsert_matching` of them matching existing documents.
   FerretDB 1.24 does not return a PostgreSQL connection to its pool after an upsert that matches an
   existing document; after about 50 such updates (its pool size) every later command hangs, and the
-  server must be restarted. On FerretDB the matching variant is therefore recorded as skipped
-  (ok=False, the reason in `error`) unless `ferretdb_matching_upserts=on`.
+  server must be restarted. On FerretDB the matching variant is therefore marked skipped
+  (`ctx.skip`, with the reason; no row) unless `ferretdb_matching_upserts=on`.
   On FerretDB 1.24 `_id` lookups are sequential scans of the backing table, so each upsert costs
   a scan of the collection: that, not the client, dominates its figure there.
 - duplicate key: a batch of `dup_batch` documents whose document at index `dup_index` repeats
@@ -20,10 +20,9 @@ variant and at the end; `orders` is never touched. Documents are the `orders` do
   (MongoDB stops an ordered batch at the failure: `dup_index` land. FerretDB 1.24 inserts in chunks
   of 100 and was seen to store the rest of the failing chunk too: the table records what happened.)
 
-Tables:
-- `samples`: variant, op, ordered, docs (documents in the call), task (0), start_s, latency_s, ok,
-  error, n_inserted, n_matched, n_modified, n_upserted, matching (upserts only) -- one row per
-  call; insert_one: one row per document.
+Tables (schemas in `tables` below):
+- `samples`: one row per call (insert_one: per document); docs = documents in the call; the
+  n_* counts as the server reported them (None where the call has none); matching (upserts only).
 - `duplicates`: ordered, batch_docs, dup_index, landed (documents in the collection afterwards),
   n_inserted (as the server reported it), write_errors, error_code, first_error_index, error.
 - `windows`: one row per variant.
@@ -36,11 +35,20 @@ import time
 from dataclasses import dataclass
 
 from ..datasets import SEED, order_document
+from ..measure import error_text
 from ..mongo_workload import async_client, is_ferretdb, run_async
 from ..servers import STUDY_DB
-from .base import Experiment, Params, variant_id
+from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 SCRATCH = "orders_bulk_scratch"
+SAMPLES = {"variant": "str", "op": "str", "ordered": "bool", "docs": "int", "task": "int", "start_s": "float",
+           "latency_s": "float", "ok": "bool", "error": "str", "n_inserted": "int", "n_matched": "int",
+           "n_modified": "int", "n_upserted": "int", "matching": "str"}
+
+
+def _complete(rows: list[dict]) -> list[dict]:
+    """Every `samples` column in every row (None where a call has no such count)."""
+    return [{**dict.fromkeys(SAMPLES), **r} for r in rows]
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,21 @@ class BulkWrites(Experiment):
     name = "mongo_bulk"
     title = "insert_one in a loop, insert_many, bulk_write upserts, and a duplicate key"
     needs = ("mongodb",)
+    writes = True   # inserts and drops: the study checkpoints and vacuums after it
     params_type = BulkParams
     profiles = {"full": {},
                 "quick": {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5},
                 "smoke": {"documents": 1_000, "insert_one_count": 50, "upserts": 100, "dup_batch": 20,
                           "dup_index": 10, "warmup_s": 0.1}}
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.mongo"
+    headline = (Metric("insert_one_us_per_doc", "us", "lower"), Metric("insert_many_s", "s", "lower"),
+                Metric("insert_many_unordered_s", "s", "lower"))
+    tables = {"samples": SAMPLES,
+              "duplicates": {"ordered": "bool", "batch_docs": "int", "dup_index": "int", "landed": "int",
+                             "n_inserted": "int", "write_errors": "int", "error_code": "int",
+                             "first_error_index": "int", "error": "str"},
+              "windows": window_columns(op="str", ordered="bool", docs="int", matching="str")}
 
     def run(self, ctx) -> None:
         run_async(lambda: self._main(ctx))
@@ -89,10 +107,11 @@ class BulkWrites(Experiment):
                 await col.drop()
                 await self._warm_up(col, docs, p.warmup_s)
                 await self._insert_one(ctx, col, docs[:p.insert_one_count])
-                for ordered in (True, False):
+                # both orders store the same _ids, so the upserts below meet the same collection
+                for pt in ctx.order(grid(ordered=(True, False))):
                     await col.drop()
-                    await self._call(ctx, "insert_many", ordered, p.documents,
-                                     lambda: col.insert_many(docs[:p.documents], ordered=ordered))
+                    await self._call(ctx, "insert_many", pt["ordered"], p.documents,
+                                     lambda: col.insert_many(docs[:p.documents], ordered=pt["ordered"]))
                 await self._upserts(ctx, col, p, matching=0.0)
                 if p.upsert_matching > 0:
                     if is_ferretdb(ctx.servers.mongodb_uri) and not p.ferretdb_matching_upserts:
@@ -102,9 +121,9 @@ class BulkWrites(Experiment):
                                    "set ferretdb_matching_upserts=on to measure it anyway")
                     else:
                         await self._upserts(ctx, col, p, matching=p.upsert_matching)
-                for ordered in (True, False):
+                for pt in ctx.order(grid(ordered=(True, False))):
                     await col.drop()
-                    await self._duplicates(ctx, col, docs[:p.dup_batch], p.dup_index, ordered)
+                    await self._duplicates(ctx, col, docs[:p.dup_batch], p.dup_index, pt["ordered"])
             finally:
                 await col.drop()
 
@@ -121,9 +140,7 @@ class BulkWrites(Experiment):
     @staticmethod
     def _skip(ctx, op: str, n: int, matching: float, reason: str) -> None:
         variant = variant_id(op, docs=n, ordered=False, matching=f"{matching:.0%}")
-        ctx.record("samples", [{"variant": variant, "op": op, "ordered": False, "docs": n, "task": 0,
-                                "start_s": 0.0, "latency_s": float("nan"), "ok": False, "error": reason,
-                                "matching": f"{matching:.0%}"}])
+        ctx.skip(variant, reason)
 
     @staticmethod
     async def _warm_up(col, docs, seconds: float) -> None:
@@ -136,34 +153,34 @@ class BulkWrites(Experiment):
     async def _insert_one(self, ctx, col, docs) -> None:
         variant = variant_id("insert_one", docs=len(docs))
         perf, rows = time.perf_counter, []
-        with ctx.window(variant, op="insert_one", ordered=True, docs=len(docs)) as w:
+        with ctx.window(variant, op="insert_one", ordered=True, docs=len(docs), matching=None) as w:
             for d in docs:
                 start, error = perf(), None
                 try:
                     await col.insert_one(d)
                 except Exception as e:
-                    error = f"{type(e).__name__}: {e}"[:300]
+                    error = error_text(e)
                 rows.append({"variant": variant, "op": "insert_one", "ordered": True, "docs": 1, "task": 0,
                              "start_s": start - w.t0, "latency_s": perf() - start, "ok": error is None,
                              "error": error, "n_inserted": int(error is None)})
             w.ops = sum(r["ok"] for r in rows)
-        ctx.record("samples", rows)
+        ctx.record("samples", _complete(rows))
 
     async def _call(self, ctx, op: str, ordered: bool, n: int, call, **fields) -> None:
         variant = variant_id(op, docs=n, ordered=ordered, **fields)
         error, counts = None, {}
-        with ctx.window(variant, op=op, ordered=ordered, docs=n, **fields) as w:
+        with ctx.window(variant, op=op, ordered=ordered, docs=n, **{"matching": None, **fields}) as w:
             try:
                 result = await call()
                 counts = ({"n_inserted": len(result.inserted_ids)} if op == "insert_many" else
                           {"n_matched": result.matched_count, "n_modified": result.modified_count,
                            "n_upserted": result.upserted_count})
             except Exception as e:  # recorded as a failed variant, with the server's error
-                error = f"{type(e).__name__}: {e}"[:300]
+                error = error_text(e)
             w.ops = n if error is None else 0
-        ctx.record("samples", [{"variant": variant, "op": op, "ordered": ordered, "docs": n, "task": 0,
-                                "start_s": 0.0, "latency_s": w.wall_s, "ok": error is None, "error": error,
-                                **fields, **counts}])
+        ctx.record("samples", _complete([{"variant": variant, "op": op, "ordered": ordered, "docs": n, "task": 0,
+                                          "start_s": 0.0, "latency_s": w.wall_s, "ok": error is None,
+                                          "error": error, **fields, **counts}]))
 
     @staticmethod
     async def _duplicates(ctx, col, docs, dup_index: int, ordered: bool) -> None:
@@ -183,7 +200,7 @@ class BulkWrites(Experiment):
                        first_error_index=errors[0].get("index") if errors else None,
                        error=(errors[0].get("errmsg") or str(e))[:300] if errors else str(e)[:300])
         except Exception as e:
-            row["error"] = f"{type(e).__name__}: {e}"[:300]
+            row["error"] = error_text(e)
         row["landed"] = await col.count_documents({})
         ctx.record("duplicates", [row])
 

@@ -4,11 +4,11 @@
 whole, `iterations` times in sequence. `shared`: the same query on one client created beforehand.
 Both after `warmup_s` of the same work; on every loop in `loops` and driver in `drivers`.
 
-Variant ids: `per_request[loop=asyncio,driver=pymongo]`, `shared[loop=asyncio,driver=pymongo]`, ...
-Tables:
-- `samples`: variant, mode, loop, driver, task (0), start_s, latency_s (per query, including the
-  client's creation and close for per_request), ok, error.
-- `windows`: variant, wall_s, cpu_s, ops, mode, loop, driver, iterations.
+Variant ids: `per_request[loop=asyncio,driver=pymongo]`, `shared[loop=asyncio,driver=pymongo]`, ...,
+run in `ctx.order()` (reversed on odd repeats).
+Tables (schemas in `tables` below):
+- `samples`: one row per query; latency_s includes the client's creation and close for per_request;
+- `windows`: one row per variant.
 Notes: `ferretdb_backend_index`.
 """
 
@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass
 
 from .. import datasets
+from ..measure import error_text
 from ..mongo_workload import (DOCUMENTS, DRIVERS, LOOPS, async_client, customer_stream,
-                              ferretdb_backend_index, grid, orders, run_async)
-from .base import Experiment, Params, variant_id
+                              ferretdb_backend_index, orders, run_async)
+from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("per_request", "shared")
 
@@ -54,18 +55,25 @@ class ClientPerRequest(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "iterations": 10, "warmup_s": 0.1,
                           "drivers": ("pymongo",), "loops": ("asyncio",)}}
 
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.mongo"
+    headline = (Metric("per_request_ms", "ms", "lower"), Metric("shared_ms", "ms", "lower"))
+    tables = {"samples": {"variant": "str", "mode": "str", "loop": "str", "driver": "str", "task": "int",
+                          "start_s": "float", "latency_s": "float", "ok": "bool", "error": "str"},
+              "windows": window_columns(mode="str", loop="str", driver="str", iterations="int")}
+
     def datasets(self, p: ClientParams) -> list:
         return [datasets.Orders(p.documents)]
 
     def run(self, ctx) -> None:
         p: ClientParams = ctx.params
         with ferretdb_backend_index(ctx, p.backend_index):
-            for loop, driver in grid(p.loops, p.drivers):
-                for mode in p.modes:
-                    variant = variant_id(mode, loop=loop, driver=driver)
-                    rows = run_async(lambda: self._variant(ctx, variant, mode, loop, driver), loop=loop)
-                    ctx.record("samples", [{"variant": variant, "mode": mode, "loop": loop, "driver": driver,
-                                            **r} for r in rows])
+            for pt in ctx.order(grid(loop=p.loops, driver=p.drivers, mode=p.modes)):
+                mode, loop, driver = pt["mode"], pt["loop"], pt["driver"]
+                variant = variant_id(mode, loop=loop, driver=driver)
+                rows = run_async(lambda: self._variant(ctx, variant, mode, loop, driver), loop=loop)
+                ctx.record("samples", [{"variant": variant, "mode": mode, "loop": loop, "driver": driver,
+                                        **r} for r in rows])
 
     async def _variant(self, ctx, variant: str, mode: str, loop: str, driver: str) -> list[dict]:
         p: ClientParams = ctx.params
@@ -83,7 +91,7 @@ class ClientPerRequest(Experiment):
                 try:
                     await query(next_customer())
                 except Exception as e:
-                    error = f"{type(e).__name__}: {e}"[:300]
+                    error = error_text(e)
                 rows.append({"task": 0, "start_s": start - t0, "latency_s": perf() - start,
                              "ok": error is None, "error": error})
             return rows

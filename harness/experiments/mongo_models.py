@@ -3,18 +3,21 @@
 - `threads`: a synchronous `MongoClient` with `maxPoolSize` equal to the thread count, for each
   count in `thread_counts` (the seed: 32 and 100);
 - `async`: `AsyncMongoClient` (or Motor: `drivers`) with `tasks` tasks on a `pool_size` pool,
-  bare and behind a FIFO semaphore (`semaphores`), on every loop in `loops` (uvloop: beyond the seed).
+  bare and behind a FIFO semaphore (`semaphores`), on every loop in `loops` (uvloop: beyond the seed);
+- the pool sweep: the seed's async setup (asyncio, AsyncMongoClient, no semaphore) at every
+  `maxPoolSize` in `pool_sweep`, to test the seed's "throughput was highest with the smallest pool
+  tested". On FerretDB every client connection's query runs on one of FerretDB's own PostgreSQL
+  connections, whose pool caps the concurrency a larger client pool can reach: its configured size
+  (read from the running FerretDB's flags) is in the `server_pool` table, and each window records
+  the most connections FerretDB held to PostgreSQL during it (`ferretdb_pg_conns_max`, polled
+  every 50 ms; NaN when the backend is not reachable from here).
 Each variant: `warmup_s` of the workload, then `duration_s` measured; every worker draws customers
 from its own seeded RNG. Client CPU is the process's CPU over the measured window (`windows.cpu_s`,
 user + system, `time.process_time()`), so CPU per query is `cpu_s / ops`.
 
-Variant ids: `threads[workers=32,pool=32]`, `async[workers=200,pool=10,semaphore=off,loop=asyncio,driver=pymongo]`.
-Tables:
-- `samples`: variant, mode, loop ("threads" for threads), driver ("pymongo-sync" for threads),
-  pool_size, workers, semaphore, task, start_s, latency_s, ok, error.
-- `windows`: variant, wall_s, cpu_s, cpu_user_s, cpu_system_s, ops, mode, loop, driver, pool_size,
-  workers, semaphore, duration_s.
-Notes: `ferretdb_backend_index`.
+Variant ids: `threads[workers=32,pool=32]`, `async[workers=200,pool=10,semaphore=off,loop=asyncio,driver=pymongo]`
+(the sweep's variants are `async[...]` ids too, one per pool size), run in `ctx.order()`.
+Tables: schemas in `tables` below. Notes: `ferretdb_backend_index`, `ferretdb_pg_pool`.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import datasets
-from ..mongo_workload import (DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index, grid,
-                              threads_variant)
-from .base import Experiment, Params, variant_id
-
+from ..mongo_workload import (DOCUMENTS, DRIVERS, LOOPS, BackendConnections, async_variant,
+                              ferretdb_backend_index, ferretdb_pg_pool, threads_variant)
+from .base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .mongo_pool import CLOSED_LOOP
 
 @dataclass(frozen=True)
 class ModelsParams(Params):
@@ -35,6 +38,7 @@ class ModelsParams(Params):
     tasks: int = 200
     pool_size: int = 10
     semaphores: tuple[bool, ...] = (False, True)
+    pool_sweep: tuple[int, ...] = (5, 10, 20, 50, 100)   # maxPoolSize of the async sweep
     loops: tuple[str, ...] = LOOPS
     drivers: tuple[str, ...] = DRIVERS
     seed: int = 1
@@ -43,7 +47,7 @@ class ModelsParams(Params):
 
     def validate(self) -> None:
         super().validate()
-        self.require_positive("documents", "duration_s", "thread_counts", "tasks", "pool_size")
+        self.require_positive("documents", "duration_s", "thread_counts", "tasks", "pool_size", "pool_sweep")
         self.require_choice("loops", LOOPS)
         self.require_choice("drivers", DRIVERS)
 
@@ -54,27 +58,52 @@ class ThreadsVsAsyncio(Experiment):
     needs = ("mongodb",)
     params_type = ModelsParams
     profiles = {"full": {},
-                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5},
+                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5,
+                          "pool_sweep": (5, 20, 100)},
                 "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.3, "warmup_s": 0.1,
                           "thread_counts": (4,), "tasks": 20, "pool_size": 4, "drivers": ("pymongo",),
-                          "loops": ("asyncio",)}}
+                          "loops": ("asyncio",), "pool_sweep": (2, 8)}}
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.mongo"
+    headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
+    tables = {"samples": CLOSED_LOOP,
+              "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
+                                        semaphore="bool", duration_s="float", ferretdb_pg_conns_max="float"),
+              "server_pool": {"ferretdb": "bool", "pool_max_conns": "int", "source": "str"}}
 
     def datasets(self, p: ModelsParams) -> list:
         return [datasets.Orders(p.documents)]
 
+    def plan(self, p: ModelsParams) -> list[dict]:
+        """Every variant once (the sweep's point at `pool_size` is the bare async variant)."""
+        threads = [{"mode": "threads", "variant": variant_id("threads", workers=n, pool=n), "workers": n,
+                    "pool": n} for n in p.thread_counts]
+        asyncs = [{**pt, "pool": p.pool_size} for pt in grid(loop=p.loops, driver=p.drivers, semaphore=p.semaphores)] \
+            + grid(pool=p.pool_sweep, loop="asyncio", driver="pymongo", semaphore=False)
+        for pt in asyncs:
+            pt.update(mode="async", workers=p.tasks,
+                      variant=variant_id("async", workers=p.tasks, pool=pt["pool"], semaphore=pt["semaphore"],
+                                         loop=pt["loop"], driver=pt["driver"]))
+        asyncs = list({pt["variant"]: pt for pt in asyncs}.values())
+        return threads + asyncs
+
     def run(self, ctx) -> None:
         p: ModelsParams = ctx.params
+        pool = ferretdb_pg_pool(ctx.servers)
+        dsn = pool.pop("_dsn", None)
+        ctx.note("ferretdb_pg_pool", pool)
+        ctx.record("server_pool", [{"ferretdb": pool["ferretdb"], "pool_max_conns": pool["pool_max_conns"],
+                                    "source": pool["source"]}])
+        common = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed,
+                      backend=BackendConnections(dsn))
         with ferretdb_backend_index(ctx, p.backend_index):
-            for n in p.thread_counts:
-                threads_variant(ctx, variant_id("threads", workers=n, pool=n), threads=n, pool_size=n,
-                                duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed, mode="threads")
-            for loop, driver in grid(p.loops, p.drivers):
-                for sem in p.semaphores:
-                    variant = variant_id("async", workers=p.tasks, pool=p.pool_size, semaphore=sem, loop=loop,
-                                         driver=driver)
-                    async_variant(ctx, variant, loop=loop, driver=driver, pool_size=p.pool_size, tasks=p.tasks,
-                                  semaphore=sem, duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed,
-                                  mode="async")
+            for pt in ctx.order(self.plan(p)):
+                if pt["mode"] == "threads":
+                    threads_variant(ctx, pt["variant"], threads=pt["workers"], pool_size=pt["pool"],
+                                    mode="threads", **common)
+                else:
+                    async_variant(ctx, pt["variant"], loop=pt["loop"], driver=pt["driver"], pool_size=pt["pool"],
+                                  tasks=pt["workers"], semaphore=pt["semaphore"], mode="async", **common)
 
 
 EXPERIMENT = ThreadsVsAsyncio()

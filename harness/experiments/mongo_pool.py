@@ -9,11 +9,11 @@ Each on every event loop in `loops` and driver in `drivers` (uvloop and Motor ar
 each variant on a fresh loop with its own client. Every operation is recorded, so the median, the
 tail and the per-task completion counts (the starvation) all come from the same raw data.
 
-Variant ids: `bare[pool=10,loop=asyncio,driver=pymongo]`, `semaphore[...]`, `large_pool[pool=200,...]`.
-Tables:
-- `samples`: variant, mode, loop, driver, pool_size, workers, semaphore, task, start_s, latency_s,
-  ok, error (one row per find_one; start_s from the window's start).
-- `windows`: variant, wall_s, cpu_s, ops, mode, loop, driver, pool_size, workers, semaphore, duration_s.
+Variant ids: `bare[pool=10,loop=asyncio,driver=pymongo]`, `semaphore[...]`, `large_pool[pool=200,...]`,
+run in `ctx.order()` (reversed on odd repeats).
+Tables (schemas in `tables` below):
+- `samples`: one row per find_one (start_s from the window's start);
+- `windows`: one row per variant.
 Notes: `ferretdb_backend_index` (see `harness.mongo_workload`).
 """
 
@@ -22,10 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import datasets
-from ..mongo_workload import DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index, grid
-from .base import Experiment, Params, variant_id
+from ..mongo_workload import DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index
+from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("bare", "semaphore", "large_pool")
+CLOSED_LOOP = {"variant": "str", "mode": "str", "loop": "str", "driver": "str", "pool_size": "int",
+               "workers": "int", "semaphore": "bool", "task": "int", "start_s": "float", "latency_s": "float",
+               "ok": "bool", "error": "str"}
 
 
 @dataclass(frozen=True)
@@ -60,18 +63,27 @@ class PoolFairness(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
                           "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
 
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.mongo"
+    headline = (Metric("max_ms", "ms", "lower"), Metric("p50_ms", "ms", "lower"),
+                Metric("throughput_qps", "queries/s", "higher"), Metric("jain_index", "ratio", "higher"))
+    tables = {"samples": CLOSED_LOOP,
+              "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
+                                        semaphore="bool", duration_s="float")}
+
     def datasets(self, p: PoolParams) -> list:
         return [datasets.Orders(p.documents)]
 
     def run(self, ctx) -> None:
         p: PoolParams = ctx.params
+        points = grid(loop=p.loops, driver=p.drivers, mode=p.modes)
         with ferretdb_backend_index(ctx, p.backend_index):
-            for loop, driver in grid(p.loops, p.drivers):
-                for mode in p.modes:
-                    pool = p.large_pool_size if mode == "large_pool" else p.pool_size
-                    async_variant(ctx, variant_id(mode, pool=pool, loop=loop, driver=driver), loop=loop,
-                                  driver=driver, pool_size=pool, tasks=p.tasks, semaphore=mode == "semaphore",
-                                  duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed, mode=mode)
+            for pt in ctx.order(points):
+                pool = p.large_pool_size if pt["mode"] == "large_pool" else p.pool_size
+                async_variant(ctx, variant_id(pt["mode"], pool=pool, loop=pt["loop"], driver=pt["driver"]),
+                              loop=pt["loop"], driver=pt["driver"], pool_size=pool, tasks=p.tasks,
+                              semaphore=pt["mode"] == "semaphore", duration_s=p.duration_s,
+                              warmup_s=p.warmup_s, seed=p.seed, mode=pt["mode"])
 
 
 EXPERIMENT = PoolFairness()

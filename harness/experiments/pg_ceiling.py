@@ -52,9 +52,9 @@ import psutil
 
 from .. import datasets, processes
 from ..errors import HarnessError
-from ..pg_workload import (ServerCPU, find_postmaster, fmt_ms, machine_busy_s, pgbench_script,
-                           regime_name)
-from .base import Context, Experiment, Params, variant_id
+from ..measure import ServerCPU, error_text, find_postmaster, machine_busy_s
+from ..pg_workload import fmt_ms, pgbench_script, regime_name
+from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("prepared", "simple", "extended")
 POOL_NOTE = "pgbench has no pool: each client holds its own connection (pool-equivalent = clients)"
@@ -131,6 +131,22 @@ class PgCeiling(Experiment):
         "smoke": {"clients": (8,), "duration_s": 0.5, "warmup_s": 0.2, "rows": 10_000,
                   "margin_s": 1, "timeout_s": 240.0},
     }
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.postgres"
+    headline = (Metric("tps", "transactions/s", "higher"), Metric("p99_ms", "ms", "lower"))
+    _keys = {"mode": "str", "clients": "int", "slow_ms": "float", "regime": "str"}
+    tables = {
+        "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
+                    **_keys},
+        # the monitor's window may carry more CPU figures than these
+        "windows": window_columns(server_cpu_s="float", machine_busy_s="float", jobs="int", pool="int",
+                                  pool_note="str", duration_s="float", warmup_s="float", rows="int",
+                                  server_cpu_source="str", tool="str", **_keys, **{OTHER_COLUMNS: "any"}),
+        "pgbench": {"variant": "str", "jobs": "int", "seconds": "int", "returncode": "int",
+                    **dict.fromkeys(_OUTPUT, "float"), "log_transactions": "int", "window_inside_run": "bool",
+                    **_keys},
+        "failures": {"variant": "str", "error": "str", "returncode": "int", "output_tail": "str"},
+    }
 
     def datasets(self, p: PgCeilingParams) -> list:
         return [datasets.Accounts(p.rows)]
@@ -152,12 +168,10 @@ class PgCeiling(Experiment):
         ctx.note("transactions", "each statement autocommits (no BEGIN/COMMIT), as asyncpg does; "
                                  "the psycopg models run theirs in a transaction (driver default)")
         failed = []
-        for slow in p.slow_ms:
-            for clients in p.clients:
-                for mode in p.modes:
-                    if not self._run_one(ctx, p, binary, dsn, pid, mode, slow, clients):
-                        failed.append(variant_id("pgbench", mode=mode, slow_ms=fmt_ms(slow),
-                                                 clients=clients))
+        for pt in ctx.order(grid(slow_ms=p.slow_ms, clients=p.clients, mode=p.modes)):
+            if not self._run_one(ctx, p, binary, dsn, pid, pt["mode"], pt["slow_ms"], pt["clients"]):
+                failed.append(variant_id("pgbench", mode=pt["mode"], slow_ms=fmt_ms(pt["slow_ms"]),
+                                         clients=pt["clients"]))
         ctx.note("variants_failed", failed)
         if len(failed) == len(p.slow_ms) * len(p.clients) * len(p.modes):
             raise HarnessError("every pgbench run failed; see the failures table and artifacts")
@@ -194,9 +208,8 @@ class PgCeiling(Experiment):
         monitor.start()
         error = None
         try:
-            proc.popen.wait(timeout=p.seconds() + CONNECT_WAIT_S + 60)
-        except subprocess.TimeoutExpired:
-            error = "pgbench timed out"
+            if proc.wait(p.seconds() + CONNECT_WAIT_S + 60) is None:
+                error = "pgbench timed out"
         finally:
             proc.stop()
             monitor.join(timeout=5)
@@ -262,7 +275,7 @@ class PgCeiling(Experiment):
                        cpu_user_s=c1.user - c0.user, cpu_system_s=c1.system - c0.system,
                        server_cpu_s=s1 - s0, machine_busy_s=m1 - m0, open_epoch=t0, close_epoch=t1)
         except psutil.Error as e:
-            out["error"] = f"{type(e).__name__}: {e}"
+            out["error"] = error_text(e)
 
 
 EXPERIMENT = PgCeiling()

@@ -2,8 +2,8 @@
 
 Variants: every model of `harness.pg_workload.MODELS` x `slow_ms` (10 = the seed's slow queries,
 0 = fast) x `pools` (connections), each named `<model>[slow_ms=<ms>,pool=<n>]`, each measured in its
-own child interpreter (`python -m harness.pg_workload`, started through `harness.processes` with a
-hard timeout), so one model's threads, loop or GC cannot disturb another's figures. The child runs
+own child interpreter (`python -m harness.pg_workload`, started through `harness.processes.run_child`
+with a hard timeout), so one model's threads, loop or GC cannot disturb another's figures. The child runs
 `clients` closed-loop clients over the seed's three-query request, excludes `warmup_s`, and
 measures a `duration_s` window; this worker only records what the child returns.
 
@@ -33,21 +33,18 @@ The pool bound and the Little's-law check are computed from these raw tables in 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from .. import datasets, processes
 from ..errors import HarnessError
-from ..pg_workload import MODELS, VariantSpec, find_postmaster, fmt_ms, regime_name
-from ..servers import REPO_ROOT
-from .base import Context, Experiment, Params, variant_id
+from ..measure import find_postmaster
+from ..pg_workload import MODELS, VariantSpec, fmt_ms, regime_name
+from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 
 CHILD_OVERHEAD_S = 60.0   # interpreter start, pool open, drain: added to each child's own time limit
 
@@ -100,6 +97,21 @@ class PgModels(Experiment):
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0},
     }
+    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    analysis = "harness.analysis.postgres"
+    headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
+                Metric("cpu_us_per_req", "us", "lower"))
+    _keys = {"model": "str", "regime": "str", "slow_ms": "float", "pool": "int"}
+    tables = {
+        "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
+                    "wait_s": "float", "hold_s": "float", "error": "str", **_keys},
+        # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
+        "windows": window_columns(errors="int", ops_all="int", server_cpu_s="float", machine_busy_s="float",
+                                  clients="int", duration_s="float", **_keys, **{OTHER_COLUMNS: "any"}),
+        "calibration": {"variant": "str", "latency_s": "float", **_keys},
+        "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
+                     "returncode": "int", "log_tail": "str"},
+    }
 
     def datasets(self, p: PgModelsParams) -> list:
         return [datasets.Accounts(p.rows)]
@@ -116,17 +128,16 @@ class PgModels(Experiment):
         ctx.note("cpu_affinity", sorted(os.sched_getaffinity(0)))
         ctx.note("load_average_before", list(os.getloadavg()))
         failed = []
-        for slow in p.slow_ms:
-            for pool in p.pools:
-                for model in p.models:
-                    spec = VariantSpec(
-                        variant=variant_name(model, slow, pool), model=model, dsn=dsn, pool=pool,
-                        clients=p.clients, slow_ms=slow, warmup_s=p.warmup_s, duration_s=p.duration_s,
-                        rows=p.rows, seed=p.seed, calibration_requests=p.calibration_requests,
-                        postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit)
-                    ctx.log.info("running %s", spec.variant)
-                    if not self._run_variant(ctx, spec, p.child_timeout_s(slow)):
-                        failed.append(spec.variant)
+        for pt in ctx.order(grid(slow_ms=p.slow_ms, pool=p.pools, model=p.models)):
+            slow, pool, model = pt["slow_ms"], pt["pool"], pt["model"]
+            spec = VariantSpec(
+                variant=variant_name(model, slow, pool), model=model, dsn=dsn, pool=pool,
+                clients=p.clients, slow_ms=slow, warmup_s=p.warmup_s, duration_s=p.duration_s,
+                rows=p.rows, seed=p.seed, calibration_requests=p.calibration_requests,
+                postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit)
+            ctx.log.info("running %s", spec.variant)
+            if not self._run_variant(ctx, spec, p.child_timeout_s(slow)):
+                failed.append(spec.variant)
         ctx.note("load_average_after", list(os.getloadavg()))
         ctx.note("variants_failed", failed)
         total = len(p.slow_ms) * len(p.pools) * len(p.models)
@@ -140,29 +151,14 @@ class PgModels(Experiment):
         keys = {"model": spec.model, "regime": regime_name(spec.slow_ms), "slow_ms": spec.slow_ms,
                 "pool": spec.pool}
         with tempfile.TemporaryDirectory(prefix="pg_models-") as tmp:
-            spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-            spec_path.write_text(json.dumps(asdict(spec)))  # holds the DSN: lives only in tmp
-            spec_path.chmod(0o600)
-            proc = processes.start(f"pg_models:{stem}",
-                                   [sys.executable, "-m", "harness.pg_workload", str(spec_path),
-                                    str(out_path)],
-                                   log_path, cwd=REPO_ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            error = None
-            try:
-                proc.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                error = f"timed out after {timeout_s:g} s"
-            finally:
-                proc.stop()
-            result = json.loads(out_path.read_text()) if out_path.exists() else {}
-        if error is None:
-            error = result.get("error")
-            if not result:
-                error = f"child exited with code {proc.poll()} without a result"
-        if error is not None:
+            child = processes.run_child(f"pg_models:{stem}", "harness.pg_workload", spec,
+                                        result_path=Path(tmp) / "out.json", log_path=log_path,
+                                        timeout_s=timeout_s)
+        error, result = child.error, child.result
+        if error is not None or result is None:
             ctx.record("failures", [{"variant": spec.variant, "model": spec.model,
                                      "slow_ms": spec.slow_ms, "pool": spec.pool, "error": error,
-                                     "returncode": proc.poll(), "log_tail": proc.log_tail(30)}])
+                                     "returncode": child.returncode, "log_tail": child.log_tail}])
             ctx.log.warning("%s failed: %s", spec.variant, error)
             return False
         window = result["window"]

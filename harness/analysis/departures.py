@@ -1,0 +1,231 @@
+"""The `departures` factorial (issue 13): client CPU per request, the async/threads ratio per cell,
+each factor's main effect with its interval, and the verdict by the rule written before the run.
+
+Figures (contract C1; experiment `departures`):
+- variant `<family>_<model>[python=..,placement=..,rtt_ms=..]`, metric `cpu_us_per_req` (client
+  process CPU per completed request, us) and `throughput_rps` (req/s);
+- variant `<family>[python=..,placement=..,rtt_ms=..]` (a cell), metric `cpu_ratio_<async model>`:
+  async / threads client CPU per request in that cell and repeat (mongo: `cpu_ratio_async`);
+- variant `<family>_<async model>[factor=<f>,level=<l>]`, metric `ratio_change`: the main effect of
+  moving factor f from its baseline level to l, per repeat: the geometric mean, over the cells of
+  the other factors, of ratio(l) / ratio(baseline). Metrics `threads_cpu_change` and
+  `async_cpu_change` are the same for each model's own CPU per request.
+
+Baseline levels are the study's own conditions: the lowest interpreter listed (3.11 here), `shared`,
+and the smallest rtt. The seed-ward level is the newest interpreter (the seeds ran 3.14), `split`
+(the seeds' server did not share the client's cores), and every larger rtt.
+
+The rule, fixed before the first measurement (also in notebooks/05_departures.ipynb):
+    A factor EXPLAINS a departure when moving it from the baseline level to its seed-ward level
+    moves the async/threads CPU ratio at least half-way towards the seed's ratio on a log scale
+    (`toward_seed` >= 0.5), AND the 95% t-interval over repeats of that change excludes no change
+    (both bounds on the seed's side of 1). It explains PART of it when the interval excludes no change
+    towards the seed but the move is under half-way; it moves AWAY when the interval excludes no
+    change on the other side; otherwise it is NOT SHOWN (no change could not be excluded).
+    `toward_seed` = log(change) / log(seed ratio / baseline ratio), the baseline ratio being the
+    geometric mean over repeats of the ratio at the baseline level (over the other factors' cells).
+The seeds' ratios come from the claims ledger (`SEED_CLAIMS`), never typed here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from ..experiments.base import variant_id
+from ..store import Run
+from . import MetricRows
+
+EXPERIMENT = "departures"
+FACTORS = ("python", "placement", "rtt_ms")
+# (family, async model) -> (claim id, the claim's ratio is threads/async): the seed's ratio
+SEED_CLAIMS = {("mongo", "async"): ("001-models-02", False),
+               ("pg", "asyncio_psycopg"): ("002-fast20-03", True),
+               ("pg", "uvloop_asyncpg"): ("002-fast20-13", True)}
+DEPARTURE = {"mongo": "seed 001: threads vs asyncio (MongoDB / FerretDB), async / threads client CPU per query",
+             "pg": "seed 002: fast regime (PostgreSQL), async / threads client CPU per request"}
+
+
+def _version_key(label: str) -> tuple:
+    return tuple(int(x) for x in str(label).rstrip("t").split(".") if x.isdigit())
+
+
+def windows(run: Run) -> pd.DataFrame:
+    """Every ok window with `cpu_us_per_req` and `throughput_rps`."""
+    w = run.table(EXPERIMENT, "windows")
+    if w.empty:
+        return w
+    w = w.copy()
+    w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, int(o)) for c, o in zip(w["cpu_s"], w["ops"])]
+    w["throughput_rps"] = w["ops"] / w["wall_s"]
+    return w
+
+
+def cells(run: Run) -> pd.DataFrame:
+    """One row per repeat, cell and async model: threads and async CPU per request and their ratio."""
+    w = windows(run)
+    if w.empty:
+        return pd.DataFrame()
+    keys = ["repeat", "family", "python", "placement", "rtt_ms"]
+    rows = []
+    for k, g in w.groupby(keys, sort=True):
+        threads = g[g["kind"] == "threads"]
+        if threads.empty:
+            continue
+        t = threads.iloc[0]
+        for _, a in g[g["kind"] == "async"].iterrows():
+            rows.append({**dict(zip(keys, k)), "cell": t["cell"], "model": a["model"],
+                         "python_version": t["python_version"], "python_build": t["python_build"],
+                         "threads_cpu_us": t["cpu_us_per_req"], "async_cpu_us": a["cpu_us_per_req"],
+                         "threads_rps": t["throughput_rps"], "async_rps": a["throughput_rps"],
+                         "cpu_ratio": a["cpu_us_per_req"] / t["cpu_us_per_req"]})
+    return pd.DataFrame(rows)
+
+
+def levels(c: pd.DataFrame, factor: str) -> tuple[Any, list]:
+    """(baseline level, the other levels in seed-ward order) of a factor present in `c`."""
+    values = list(dict.fromkeys(c[factor]))
+    if factor == "python":
+        values = sorted(values, key=_version_key)
+    elif factor == "placement":
+        values = sorted(values, key=lambda v: v != "shared")
+    else:
+        values = sorted(values)
+    return values[0], values[1:]
+
+
+def _effect_by_repeat(c: pd.DataFrame, factor: str, base, level, quantity: str) -> dict[int, float]:
+    """Per repeat: geometric mean over matching cells (other factors equal) of q(level) / q(base)."""
+    others = [f for f in FACTORS if f != factor]
+    out = {}
+    for rep, g in c.groupby("repeat"):
+        a = g[g[factor] == level].set_index(others)[quantity]
+        b = g[g[factor] == base].set_index(others)[quantity]
+        both = a.index.intersection(b.index)
+        logs = np.log(a.loc[both].to_numpy(float) / b.loc[both].to_numpy(float))
+        logs = logs[np.isfinite(logs)]
+        if logs.size:
+            out[int(rep)] = float(np.exp(logs.mean()))
+    return out
+
+
+def _level_ratio(c: pd.DataFrame, factor: str, level) -> dict[int, float]:
+    """Per repeat: geometric mean of the ratio over the cells at this level."""
+    g = c[c[factor] == level]
+    return {int(r): float(np.exp(np.log(x["cpu_ratio"].to_numpy(float)).mean())) for r, x in g.groupby("repeat")}
+
+
+def seed_ratios() -> dict[tuple[str, str], dict[str, Any]]:
+    """The seeds' async / threads CPU ratios, from the claims ledger (NaN where it has none)."""
+    from .. import claims
+
+    try:
+        ledger = claims.load().set_index("claim_id")
+    except Exception as e:  # the ledger is being reworked by others: say so rather than guess
+        return {k: {"claim": cid, "ratio": float("nan"), "error": str(e)} for k, (cid, _) in SEED_CLAIMS.items()}
+    out = {}
+    for key, (cid, inverted) in SEED_CLAIMS.items():
+        v = float(ledger.loc[cid, "seed_value"]) if cid in ledger.index else float("nan")
+        out[key] = {"claim": cid, "ratio": 1.0 / v if inverted and v else v,
+                    "as_in_ledger": v, "ledger_ratio_is": "threads / async" if inverted else "async / threads"}
+    return out
+
+
+def effects(run: Run) -> pd.DataFrame:
+    """Main effects of every factor level against its baseline, with 95% intervals over repeats
+    (stats.summarise: t-interval on the log of the per-repeat changes), and the verdict."""
+    c = cells(run)
+    if c.empty:
+        return pd.DataFrame()
+    seeds = seed_ratios()
+    rows = []
+    for (family, model), g in c.groupby(["family", "model"], sort=False):
+        seed = seeds.get((family, model), {}).get("ratio", float("nan"))
+        for factor in FACTORS:
+            base, others = levels(g, factor)
+            base_ratio = stats.summarise(_level_ratio(g, factor, base))
+            for level in others:
+                row = {"family": family, "model": model, "factor": factor, "baseline": base, "level": level,
+                       "baseline_ratio": base_ratio["mean"], "seed_ratio": seed}
+                for q, name in (("cpu_ratio", "ratio_change"), ("threads_cpu_us", "threads_cpu_change"),
+                                ("async_cpu_us", "async_cpu_change")):
+                    s = stats.summarise(_effect_by_repeat(g, factor, base, level, q))
+                    row.update({name: s["mean"], f"{name}_low": s["ci_low"], f"{name}_high": s["ci_high"],
+                                "n_repeats": s["n"]})
+                row.update(verdict(row["ratio_change"], row["ratio_change_low"], row["ratio_change_high"],
+                                   row["baseline_ratio"], seed))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def verdict(change: float, low: float, high: float, baseline_ratio: float, seed_ratio: float) -> dict:
+    """The rule of the module docstring, applied to one factor level."""
+    gap = math.log(seed_ratio / baseline_ratio) if seed_ratio > 0 and baseline_ratio > 0 else float("nan")
+    toward = math.log(change) / gap if change > 0 and gap and math.isfinite(gap) else float("nan")
+    if not (math.isfinite(low) and math.isfinite(high)):
+        v = "not shown (too few repeats for an interval)"
+    elif low <= 1.0 <= high:
+        v = "not shown"
+    elif not math.isfinite(gap):
+        v = "changes the ratio (no seed ratio to compare)"
+    elif (high < 1.0) == (gap < 0):
+        v = "explains" if toward >= 0.5 else "explains part"
+    else:
+        v = "moves away"
+    return {"toward_seed": toward, "verdict": v}
+
+
+def metrics(run: Run) -> pd.DataFrame:
+    rows = MetricRows()
+    w = windows(run)
+    for _, r in w.iterrows():
+        rows.put(EXPERIMENT, r["variant"], "cpu_us_per_req", "us", r["repeat"], r["cpu_us_per_req"], "lower")
+        rows.put(EXPERIMENT, r["variant"], "throughput_rps", "req/s", r["repeat"], r["throughput_rps"], "higher")
+    c = cells(run)
+    for _, r in c.iterrows():
+        rows.put(EXPERIMENT, r["cell"], f"cpu_ratio_{r['model']}", "ratio", r["repeat"], r["cpu_ratio"])
+    if not c.empty:
+        for (family, model), g in c.groupby(["family", "model"], sort=False):
+            for factor in FACTORS:
+                base, others = levels(g, factor)
+                for level in others:
+                    v = variant_id(f"{family}_{model}", factor=factor, level=level)
+                    for q, name, better in (("cpu_ratio", "ratio_change", ""),
+                                            ("threads_cpu_us", "threads_cpu_change", "lower"),
+                                            ("async_cpu_us", "async_cpu_change", "lower")):
+                        for rep, val in _effect_by_repeat(g, factor, base, level, q).items():
+                            rows.put(EXPERIMENT, v, name, "ratio", rep, val, better)
+    return rows.frame()
+
+
+def cell_table(run: Run) -> pd.DataFrame:
+    """Per cell and async model over repeats: CPU per request of each side and the ratio, with
+    95% intervals (geometric mean, t-interval on the log)."""
+    c = cells(run)
+    if c.empty:
+        return c
+    out = []
+    for k, g in c.groupby(["family", "model", "python", "placement", "rtt_ms"], sort=True):
+        row = dict(zip(["family", "model", "python", "placement", "rtt_ms"], k))
+        row["python_version"] = g["python_version"].iloc[0]
+        row["python_build"] = g["python_build"].iloc[0]
+        for q in ("threads_cpu_us", "async_cpu_us", "cpu_ratio"):
+            s = stats.summarise(g.set_index("repeat")[q].to_dict())
+            row.update({q: s["mean"], f"{q}_low": s["ci_low"], f"{q}_high": s["ci_high"]})
+        row["n_repeats"] = int(g["repeat"].nunique())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def affinity_check(run: Run) -> pd.DataFrame:
+    """Per cell: the client's cores as set, as read back by the child, and by /proc; `matches`."""
+    p = run.table(EXPERIMENT, "placements", ok_only=False)
+    if p.empty:
+        return p
+    p = p.copy()
+    p["matches"] = (p["client_cpus"] == p["client_affinity"]) & (p["client_cpus"] == p["client_affinity_proc"])
+    return p

@@ -1,0 +1,66 @@
+"""Where things live and every `STUDY_*` environment variable, read in one place (ground floor).
+
+Variables are read when asked for, not at import, so tests and the CLI can set them per run.
+
+| variable | meaning | default |
+|---|---|---|
+| `STUDY_DATA_DIR` | where runs are stored (`<dir>/runs/<run-id>/`) | `<repo>/data` |
+| `STUDY_FIGURES_DIR` | where notebooks save citable figures | `<repo>/figures` |
+| `STUDY_STATE_DIR` | state of `harness servers up` | `<repo>/.harness` |
+| `STUDY_SERVER_SOURCE` | `auto`, `docker` or `local` | `auto` |
+| `STUDY_MONGODB_URI` | use this MongoDB-role server | start one |
+| `STUDY_POSTGRES_DSN` | use this PostgreSQL server | start one |
+| `STUDY_PG_BINDIR` | directory of `initdb`/`postgres` | Debian's newest, or PATH |
+| `STUDY_FERRETDB_BIN` | FerretDB binary | `<repo>/.tools/bin/ferretdb`, or PATH |
+| `STUDY_TOXIPROXY_BIN` | Toxiproxy server binary | `<repo>/.tools/bin/toxiproxy-server`, or PATH |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ("smoke", "quick", "full")  # smoke: tiny sizes for the tests; full: the seeds' sizes
+SERVER_SOURCES = ("auto", "docker", "local")
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value else None
+
+
+def data_dir() -> Path:
+    return Path(_env("STUDY_DATA_DIR") or REPO_ROOT / "data")
+
+
+def figures_dir() -> Path:
+    return Path(_env("STUDY_FIGURES_DIR") or REPO_ROOT / "figures")
+
+
+def state_dir() -> Path:
+    return Path(_env("STUDY_STATE_DIR") or REPO_ROOT / ".harness")
+
+
+def server_source() -> str:
+    return _env("STUDY_SERVER_SOURCE") or "auto"
+
+
+def mongodb_uri() -> str | None:
+    return _env("STUDY_MONGODB_URI")
+
+
+def postgres_dsn() -> str | None:
+    return _env("STUDY_POSTGRES_DSN")
+
+
+def pg_bindir() -> str | None:
+    return _env("STUDY_PG_BINDIR")
+
+
+def ferretdb_bin() -> str | None:
+    return _env("STUDY_FERRETDB_BIN")
+
+
+def toxiproxy_bin() -> str | None:
+    return _env("STUDY_TOXIPROXY_BIN")

@@ -1,0 +1,424 @@
+"""Beyond the seeds (issue 13): does the interpreter, the server's latency or co-location explain
+two departures in client CPU per request?
+
+- seed 001 section 5 (`mongo`): 32 threads on one `MongoClient` (pool 32) against 200 asyncio tasks
+  on `AsyncMongoClient` (pool 10), indexed `find_one`: mongo_models' `threads[workers=32,pool=32]`
+  and `async[workers=200,pool=10,semaphore=off,loop=asyncio,driver=pymongo]`;
+- seed 002 section 3 (`pg`): the fast regime (no pg_sleep) of pg_models, pool 20: `threads_psycopg`
+  against `asyncio_psycopg` and `uvloop_asyncpg`.
+
+Factors: interpreter (`pythons`, each with its own venv from `harness.interpreters`; every
+free-threaded build installed also runs the threads models), placement (`shared` | `split`, from
+`harness.placement`) and added server round trip (`rtts_ms`, through the proxy of
+`harness.network` when it exists and the stack has one; otherwise only 0 and a note saying the
+latency factor is missing). A cell is family x python x placement x rtt: one child process
+(`python -m harness.experiments.departures SPEC OUT`, started with that interpreter's venv python)
+runs the family's models back to back (order reversed on odd repeats), each with a warm-up and a
+measured window. For `split` the worker pins the servers before the child starts and the child
+pins itself first thing; both read back and are recorded. Cells run in a seeded random order per
+repeat, so every level of every factor is spread over the repeat's time.
+
+Workloads are mongo_workload's `threads_variant`/`async_variant` and pg_workload's `run_variant`,
+the code behind mongo_models and pg_models: the same measurement, only the conditions vary.
+
+Variant ids: `<family>_<model>[python=3.12,placement=split,rtt_ms=0]` (mongo models: threads,
+async); cell ids: `<family>[python=...,placement=...,rtt_ms=...]`.
+Tables:
+- `windows`: variant, cell, family, model, kind (threads | async), python (the factor level),
+  python_version, python_build (gil | free-threaded), gil_enabled, python_executable, venv_mode,
+  placement, server_cpus, client_cpus, rtt_ms, via_proxy, position (cell's place in the repeat),
+  model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, ops, errors, server_cpu_s (pg: the
+  postmaster and its descendants; NaN for mongo), duration_s, workers, pool_size.
+- `samples`: variant, cell, family, model, python, python_version, python_build, placement,
+  rtt_ms, task, start_s, latency_s, ok, error.
+- `placements`: cell, position, placement, server_cpus, client_cpus, client_affinity (the child's
+  `sched_getaffinity`), client_affinity_proc (its /proc status `Cpus_allowed_list`),
+  server_affinity (JSON pid -> cores, read back), servers_pinned.
+- `failures`: cell, error, returncode, log_tail.
+Notes: `interpreters`, `free_threaded`, `latency`, `order`, `ferretdb_backend_index`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import types
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import pandas as pd
+
+from .. import datasets, interpreters, placement, processes, servers
+from ..errors import HarnessError
+from ..mongo_workload import DOCUMENTS, async_variant, ferretdb_backend_index, threads_variant
+from ..pg_workload import MODELS as PG_MODELS
+from ..pg_workload import VariantSpec, find_postmaster, run_variant
+from ..servers import REPO_ROOT, ServerStack
+from .base import Context, Experiment, Metric, Params, Window, variant_id, window_columns
+
+FAMILIES = ("mongo", "pg")
+MONGO_MODELS = ("threads", "async")
+CHILD_OVERHEAD_S = 60.0
+
+
+@dataclass(frozen=True)
+class DeparturesParams(Params):
+    pythons: tuple[str, ...] = ("3.11", "3.12", "3.13")
+    free_threaded: bool = True                    # threads models also on free-threaded builds found
+    placements: tuple[str, ...] = ("shared", "split")
+    rtts_ms: tuple[float, ...] = (0.0, 1.0, 5.0)  # added round trip through the proxy
+    families: tuple[str, ...] = FAMILIES
+    duration_s: float = 2.0
+    warmup_s: float = 0.5
+    documents: int = DOCUMENTS["full"]
+    mongo_threads: int = 32
+    mongo_tasks: int = 200
+    mongo_pool: int = 10
+    pg_models: tuple[str, ...] = ("threads_psycopg", "asyncio_psycopg", "uvloop_asyncpg")
+    pg_clients: int = 200
+    pg_pool: int = 20
+    rows: int = 100_000
+    seed: int = 1
+    timeout_s: float = 1800.0
+
+    def validate(self) -> None:
+        super().validate()
+        self.require_positive("duration_s", "documents", "mongo_threads", "mongo_tasks", "mongo_pool",
+                              "pg_clients", "pg_pool")
+        self.require_non_negative("rtts_ms")
+        self.require_choice("placements", placement.PLACEMENTS)
+        self.require_choice("families", FAMILIES)
+        self.require_choice("pg_models", PG_MODELS)
+        for name in ("pythons", "placements", "rtts_ms", "families"):
+            if not getattr(self, name):
+                raise HarnessError(f"parameter {name} must name at least one value")
+        if "threads_psycopg" not in self.pg_models or len(self.pg_models) < 2:
+            raise HarnessError("parameter pg_models must hold threads_psycopg and at least one async model")
+        if getattr(self, "via_proxy", False) or getattr(self, "rtt_ms", 0.0):
+            raise HarnessError("departures sets the round trip itself (rtts_ms): leave via_proxy/rtt_ms unset")
+        if self.rows < 2:
+            raise HarnessError(f"parameter rows must be at least 2, got {self.rows}")
+        for r in self.pythons:
+            interpreters.resolve(r)  # an interpreter that is not installed fails before anything starts
+
+
+@dataclass(frozen=True)
+class Cell:
+    family: str
+    python: str        # factor level label: "3.12", "3.13t"
+    placement: str
+    rtt_ms: float
+    models: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return variant_id(self.family, python=self.python, placement=self.placement, rtt_ms=f"{self.rtt_ms:g}")
+
+    def variant(self, model: str) -> str:
+        return variant_id(f"{self.family}_{model}", python=self.python, placement=self.placement,
+                          rtt_ms=f"{self.rtt_ms:g}")
+
+
+def model_kind(model: str) -> str:
+    return "threads" if model.startswith("threads") else "async"
+
+
+class Departures(Experiment):
+    name = "departures"
+    title = "What explains the departures from the seeds: interpreter x placement x server latency"
+    needs = ("mongodb", "postgres")
+    params_type = DeparturesParams
+    analysis: ClassVar[str] = "harness.analysis.departures"
+    repeats: ClassVar[dict[str, int]] = {"full": 3, "quick": 3, "smoke": 1}
+    headline = (Metric("cpu_ratio", "ratio", ""), Metric("cpu_us_per_req", "us", "lower"))
+    _factors = {"cell": "str", "family": "str", "python": "str", "python_version": "str",
+                "python_build": "str", "placement": "str", "rtt_ms": "float", "model": "str"}
+    tables = {
+        "windows": window_columns(**_factors, kind="str", gil_enabled="bool", python_executable="str",
+                                  venv_mode="str", server_cpus="str", client_cpus="str", via_proxy="bool",
+                                  position="int", model_position="int", errors="int", server_cpu_s="float",
+                                  duration_s="float", workers="int", pool_size="int"),
+        "samples": {"variant": "str", **_factors, "task": "int", "start_s": "float", "latency_s": "float",
+                    "ok": "bool", "error": "any"},
+        "placements": {"cell": "str", "position": "int", "placement": "str", "server_cpus": "str",
+                       "client_cpus": "str", "client_affinity": "str", "client_affinity_proc": "str",
+                       "server_affinity": "str", "servers_pinned": "int"},
+        "routes": {"cell": "str", "record": "str"},
+        "failures": {"cell": "str", "error": "str", "returncode": "any", "log_tail": "str"},
+    }
+    profiles = {
+        "full": {},
+        "quick": {"rtts_ms": (0.0, 5.0), "duration_s": 1.0, "warmup_s": 0.3, "documents": DOCUMENTS["quick"],
+                  "pg_clients": 100, "timeout_s": 900.0},
+        "smoke": {"pythons": ("3.11", "3.12"), "rtts_ms": (0.0, 1.0), "duration_s": 0.3, "warmup_s": 0.1,
+                  "documents": DOCUMENTS["smoke"], "mongo_threads": 4, "mongo_tasks": 20, "mongo_pool": 4,
+                  "pg_models": ("threads_psycopg", "asyncio_psycopg"), "pg_clients": 8, "pg_pool": 4,
+                  "rows": 10_000, "timeout_s": 300.0},
+    }
+
+    def datasets(self, p: DeparturesParams) -> list:
+        out = []
+        if "mongo" in p.families:
+            out.append(datasets.Orders(p.documents))
+        if "pg" in p.families:
+            out.append(datasets.Accounts(p.rows))
+        return out
+
+    def prepare(self, p: DeparturesParams, log=None) -> dict:
+        """Build every interpreter's venv (downloads, CPU): the study calls this before servers start."""
+        venvs = interpreters.prepare(list(p.pythons), log=log)
+        ft = interpreters.free_threaded() if p.free_threaded else []
+        for i in ft:
+            interpreters.ensure_venv(i, log=log)
+        return {v.interpreter.label: v.record() for v in venvs}
+
+    def run(self, ctx: Context) -> None:
+        p: DeparturesParams = ctx.params
+        stack: ServerStack = ctx.servers
+        venvs = {v.interpreter.label: v for v in interpreters.prepare(list(p.pythons), build=False)}
+        ft = interpreters.free_threaded() if p.free_threaded else []
+        for i in ft:
+            venvs[i.label] = interpreters.ensure_venv(i, build=False)
+        ctx.note("interpreters", {k: v.record() for k, v in venvs.items()})
+        ctx.note("free_threaded", [i.record() for i in ft] if ft else
+                 "no free-threaded build is installed on this machine (PATH, pyenv, uv); none was "
+                 "downloaded, so the threads models ran on GIL builds only")
+        with _proxy(stack) as stack:
+            ctx.servers = stack
+            self._run_cells(ctx, p, stack, venvs, ft)
+
+    def _run_cells(self, ctx: Context, p: DeparturesParams, stack: ServerStack, venvs: dict, ft: list) -> None:
+        proxy = stack.toxiproxy is not None
+        rtts = p.rtts_ms if proxy else (0.0,)
+        ctx.note("latency", {"factor": "added round trip through the proxy (harness.network)",
+                             "levels_ms": list(rtts), "via_proxy": proxy} if proxy else
+                 {"factor": "missing", "levels_ms": [0.0], "via_proxy": False,
+                  "reason": "harness.network or the Toxiproxy binary is not available: only rtt 0 "
+                            "(direct loopback) was measured"})
+        cells = self._cells(p, venvs, ft, rtts, ctx.repeat)
+        ctx.note("order", [c.id for c in cells])
+        cpus = placement.allowed_cpus()
+        index = ferretdb_backend_index(ctx, True) if "mongo" in p.families else nullcontext()
+        with index:
+            try:
+                for pos, cell in enumerate(cells):
+                    self._run_cell(ctx, cell, pos, venvs[cell.python], cpus, proxy)
+            finally:
+                placement.apply(stack, "shared", cpus)  # servers back on every core
+
+    def _cells(self, p: DeparturesParams, venvs: dict, ft: list, rtts: tuple[float, ...],
+               repeat: int) -> list[Cell]:
+        cells = []
+        for family in p.families:
+            models = MONGO_MODELS if family == "mongo" else p.pg_models
+            models = tuple(reversed(models)) if repeat % 2 else tuple(models)
+            threads_only = tuple(m for m in models if model_kind(m) == "threads")
+            labels = [interpreters.resolve(r).label for r in dict.fromkeys(p.pythons)]
+            for label in dict.fromkeys(labels):
+                for pl in p.placements:
+                    for rtt in rtts:
+                        cells.append(Cell(family, label, pl, rtt, models))
+            for i in ft:
+                for pl in p.placements:
+                    for rtt in rtts:
+                        cells.append(Cell(family, i.label, pl, rtt, threads_only))
+        random.Random(f"{p.seed}:{repeat}").shuffle(cells)
+        return cells
+
+    def _run_cell(self, ctx: Context, cell: Cell, pos: int, venv: interpreters.Venv, cpus: list[int],
+                  proxy: bool) -> None:
+        p: DeparturesParams = ctx.params
+        stack: ServerStack = ctx.servers
+        rec = placement.apply(stack, cell.placement, cpus)
+        with _route(stack, cell, proxy) as route:
+            spec = {"family": cell.family, "models": list(cell.models), "cell": cell.id,
+                    "variants": {m: cell.variant(m) for m in cell.models},
+                    "client_cpus": rec["client_cpus"], "params": p.to_dict(),
+                    "mongodb_uri": route.stack.mongodb_uri if cell.family == "mongo" else None,
+                    "dsn": route.stack.postgres_dsn if cell.family == "pg" else None,
+                    "postmaster_pid": (find_postmaster(stack.postgres_dsn, stack.postgres.pids)[0]
+                                       if cell.family == "pg" else None)}
+            result, error, proc = self._child(ctx, venv, spec, pos)
+            via_proxy = bool(route.record.get("via_proxy", proxy)) if isinstance(route.record, dict) else proxy
+            if isinstance(route.record, dict) and route.record:
+                ctx.record("routes", [{"cell": cell.id, "record": json.dumps(route.record)}])
+        if error is not None:
+            ctx.record("failures", [{"cell": cell.id, "error": error, "returncode": proc.poll(),
+                                     "log_tail": proc.log_tail(30)}])
+            ctx.log.warning("%s failed: %s", cell.id, error)
+            return
+        runtime = result["runtime"]
+        factors = {"cell": cell.id, "family": cell.family, "python": cell.python,
+                   "python_version": runtime["python"], "python_build": runtime["python_build"],
+                   "placement": cell.placement, "rtt_ms": cell.rtt_ms}
+        ctx.record("placements", [{
+            "cell": cell.id, "position": pos, "placement": cell.placement,
+            "server_cpus": _cpus(rec["server_cpus"]), "client_cpus": _cpus(rec["client_cpus"]),
+            "client_affinity": _cpus(result["client_affinity"]),
+            "client_affinity_proc": _cpus(result["client_affinity_proc"]),
+            "server_affinity": json.dumps(rec["server_affinity"]), "servers_pinned": len(rec["server_affinity"])}])
+        for k, (model, w) in enumerate(result["windows"].items()):
+            ctx.record("windows", [{
+                "variant": cell.variant(model), **factors, "model": model, "kind": model_kind(model),
+                "gil_enabled": runtime["gil_enabled"], "python_executable": runtime["python_executable"],
+                "venv_mode": venv.mode, "server_cpus": _cpus(rec["server_cpus"]),
+                "client_cpus": _cpus(rec["client_cpus"]), "via_proxy": via_proxy, "position": pos,
+                "model_position": k, "wall_s": w["wall_s"], "cpu_s": w["cpu_s"],
+                "cpu_user_s": w["cpu_user_s"], "cpu_system_s": w["cpu_system_s"], "ops": int(w["ops"]),
+                "errors": int(w.get("errors", 0)), "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
+                "duration_s": p.duration_s, "workers": int(w["workers"]), "pool_size": int(w["pool_size"])}])
+            s = pd.DataFrame(result["samples"][model])
+            for key, value in {"variant": cell.variant(model), **factors, "model": model}.items():
+                s[key] = value
+            ctx.record("samples", s.astype({"task": "int32", "ok": "bool"}))
+
+    def _child(self, ctx: Context, venv: interpreters.Venv, spec: dict, pos: int):
+        p: DeparturesParams = ctx.params
+        log_path = ctx.artifacts / f"{pos:03d}_{spec['family']}.log"
+        timeout = len(spec["models"]) * (p.warmup_s + p.duration_s) + CHILD_OVERHEAD_S
+        with tempfile.TemporaryDirectory(prefix="departures-") as tmp:
+            spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+            spec_path.write_text(json.dumps(spec))  # holds URIs: lives only in tmp
+            spec_path.chmod(0o600)
+            proc = processes.start(f"departures:{spec['cell']}",
+                                   [venv.python, "-m", "harness.experiments.departures", str(spec_path),
+                                    str(out_path)], log_path, cwd=REPO_ROOT, env=interpreters.child_env())
+            error = None
+            try:
+                proc.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                error = f"timed out after {timeout:g} s"
+            finally:
+                proc.stop()
+            result = json.loads(out_path.read_text()) if out_path.exists() else {}
+        if error is None:
+            error = result.get("error") or (None if result else
+                                            f"child exited with code {proc.poll()} without a result")
+        return result, error, proc
+
+
+def _cpus(cpus) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
+@contextmanager
+def _proxy(stack: ServerStack) -> Iterator[ServerStack]:
+    """The stack with a Toxiproxy (one started for this repeat if the stack has none), or without
+    one when harness.network or the binary is missing (the latency factor is then not measured)."""
+    if getattr(stack, "toxiproxy", None) is not None:
+        yield stack
+        return
+    if importlib.util.find_spec("harness.network") is None or servers.toxiproxy_binary() is None:
+        yield stack
+        return
+    with servers.provision((servers.PROXY,)) as pstack:
+        yield replace(stack, toxiproxy=pstack.toxiproxy)
+
+
+def _route(stack: ServerStack, cell: Cell, proxy: bool):
+    if not proxy:
+        return nullcontext(types.SimpleNamespace(stack=stack, record={}))
+    from .. import network  # contract C4; absent until the network engineer's module lands
+
+    needs = ("mongodb",) if cell.family == "mongo" else ("postgres",)
+    return network.route(stack, needs, via_proxy=True, rtt_ms=cell.rtt_ms, jitter_ms=0.0)
+
+
+# ------------------------------------------------------------------------ the child (any interpreter)
+
+class _ChildContext:
+    """What mongo_workload's variants need from a Context: the URI, `window()` and `record()`."""
+
+    def __init__(self, uri: str):
+        self.servers = types.SimpleNamespace(mongodb_uri=uri)
+        self.windows: list[dict] = []
+        self.samples: list[dict] = []
+
+    @contextmanager
+    def window(self, variant: str, **fields: Any) -> Iterator[Window]:
+        w = Window(variant, fields)
+        with w:
+            yield w
+        self.windows.append(w.row())
+
+    def record(self, table: str, rows: list[dict]) -> None:
+        if table == "samples":
+            self.samples.extend(rows)
+
+
+_SAMPLE_COLUMNS = ("task", "start_s", "latency_s", "ok", "error")
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    return {c: [r.get(c) for r in rows] for c in _SAMPLE_COLUMNS}
+
+
+def _child_mongo(spec: dict) -> tuple[dict, dict]:
+    p = spec["params"]
+    windows, samples = {}, {}
+    for model in spec["models"]:
+        ctx = _ChildContext(spec["mongodb_uri"])
+        variant = spec["variants"][model]
+        if model == "threads":
+            rows = threads_variant(ctx, variant, threads=p["mongo_threads"], pool_size=p["mongo_threads"],
+                                   duration_s=p["duration_s"], warmup_s=p["warmup_s"], seed=p["seed"])
+        else:
+            rows = async_variant(ctx, variant, loop="asyncio", driver="pymongo", pool_size=p["mongo_pool"],
+                                 tasks=p["mongo_tasks"], semaphore=False, duration_s=p["duration_s"],
+                                 warmup_s=p["warmup_s"], seed=p["seed"])
+        w = ctx.windows[0]
+        w["errors"] = sum(not r["ok"] for r in rows)
+        windows[model], samples[model] = w, _columns(rows)
+    return windows, samples
+
+
+def _child_pg(spec: dict) -> tuple[dict, dict]:
+    p = spec["params"]
+    windows, samples = {}, {}
+    for model in spec["models"]:
+        out = run_variant(VariantSpec(
+            variant=spec["variants"][model], model=model, dsn=spec["dsn"], pool=p["pg_pool"],
+            clients=p["pg_clients"], slow_ms=0.0, warmup_s=p["warmup_s"], duration_s=p["duration_s"],
+            rows=p["rows"], seed=p["seed"], calibration_requests=0, postmaster_pid=spec["postmaster_pid"]))
+        w = out["window"]
+        w.update(workers=p["pg_clients"], pool_size=p["pg_pool"])
+        windows[model] = w
+        samples[model] = {c: out["samples"][c] for c in _SAMPLE_COLUMNS}
+    return windows, samples
+
+
+def child_main(argv: list[str]) -> int:
+    import os
+    import traceback
+
+    spec_path, out_path = argv[1], argv[2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    result: dict[str, Any] = {}
+    try:
+        # before any thread starts, so every thread of the client inherits it
+        result["client_affinity"] = placement.set_client(spec["client_cpus"])
+        result["client_affinity_proc"] = placement.proc_status_affinity(os.getpid())
+        result["runtime"] = interpreters.runtime_record()
+        run = _child_mongo if spec["family"] == "mongo" else _child_pg
+        result["windows"], result["samples"] = run(spec)
+    except BaseException as e:  # the parent records it; the other cells go on
+        result["error"] = f"{type(e).__name__}: {e}"[:500]
+        print(traceback.format_exc(), file=sys.stderr)
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, allow_nan=True)
+    os.replace(tmp, out_path)
+    return 0 if "error" not in result else 1
+
+
+EXPERIMENT = Departures()
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv))

@@ -1,0 +1,497 @@
+"""Which Python runs the client: find an interpreter, give it its own virtual environment.
+
+`resolve("3.12")` finds an installed interpreter (a path, then PATH, then pyenv, then `uv python
+find` when uv is installed) and asks it for its version and build; nothing is ever downloaded.
+`ensure_venv(interp)` builds (once) `.venvs/py3.12/` for it:
+
+1. from `requirements.lock` (the universal lock) when it exists, else from pyproject's
+   dependencies constrained to the versions installed in the study's own environment, so every
+   interpreter runs the same library versions;
+2. if that full install fails on this interpreter, only the packages the client processes import
+   (`CLIENT_PACKAGES`), under the same pins; the venv's marker says which (`mode`: full | client);
+3. wheels only (`--only-binary=:all:`): a package without a wheel for this interpreter is an error
+   naming the package and the interpreter, not a compiler run.
+
+The study's own interpreter uses the study's own environment (no second copy). The harness itself
+is not installed into these venvs: children run from the repository root (`child_env()`).
+
+`python -m harness.interpreters 3.12 3.13` builds the venvs ahead of a run (it downloads wheels
+and takes CPU: never while a measurement runs).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Iterator
+
+from .errors import HarnessError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCK_FILE = REPO_ROOT / "requirements.lock"
+CACHE_DIR = REPO_ROOT / ".venvs"
+MARKER = "harness-venv.json"
+# What the client processes (the worker, the workload children, the FastAPI app under test)
+# import; Locust, Jupyter and the analysis stay on the study's interpreter.
+CLIENT_PACKAGES = ("pymongo", "motor", "asyncpg", "psycopg[binary,pool]", "psycopg-pool", "uvloop",
+                   "psutil", "numpy", "pandas", "pyarrow", "fastapi", "uvicorn", "httpx")
+CLIENT_IMPORTS = ("pymongo", "motor", "asyncpg", "psycopg", "psycopg_pool", "uvloop", "psutil",
+                  "pandas", "pyarrow")
+PIP_TIMEOUT_S = 1800
+_REQUEST = re.compile(r"^(?:python)?(\d+)(?:\.(\d+))?(?:\.(\d+))?(t)?$")
+_PROBE = ("import json, platform, sys, sysconfig; print(json.dumps({"
+          "'version': platform.python_version(), 'implementation': sys.implementation.name, "
+          "'gil_disabled': bool(sysconfig.get_config_var('Py_GIL_DISABLED')), "
+          "'executable': sys.executable, 'prefix': sys.prefix, "
+          "'base_prefix': getattr(sys, 'base_prefix', sys.prefix)}))")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    request: str          # what was asked for: "3.12", "3.13t", "/usr/bin/python3.12"
+    path: str             # the executable that answered
+    version: str          # "3.12.1"
+    implementation: str   # "cpython"
+    gil_disabled: bool    # a free-threaded build (sysconfig Py_GIL_DISABLED)
+    found_by: str         # "path" | "PATH" | "pyenv" | "uv" | "study"
+    base_prefix: str
+
+    @property
+    def build(self) -> str:
+        return "free-threaded" if self.gil_disabled else "gil"
+
+    @property
+    def tag(self) -> str:
+        """`py3.12`, `py3.13t`: the venv's directory name."""
+        major_minor = ".".join(self.version.split(".")[:2])
+        return f"py{major_minor}{'t' if self.gil_disabled else ''}"
+
+    @property
+    def label(self) -> str:
+        """`3.12`, `3.13t`: the factor level in variant names."""
+        return self.tag[2:]
+
+    def record(self) -> dict:
+        return {**asdict(self), "build": self.build, "tag": self.tag}
+
+
+@dataclass(frozen=True)
+class Venv:
+    interpreter: Interpreter
+    python: str           # the venv's python: what client children are started with
+    path: str
+    source: str           # "requirements.lock" | "pyproject.toml (pinned to the study environment)" | "study environment"
+    source_sha256: str | None
+    mode: str             # "full" | "client" | "study"
+    packages: dict        # name -> version of the client packages, as installed
+    note: str = ""
+
+    def record(self) -> dict:
+        return {"interpreter": self.interpreter.record(), "python": self.python, "path": self.path,
+                "source": self.source, "source_sha256": self.source_sha256, "mode": self.mode,
+                "packages": self.packages, "note": self.note}
+
+
+# ------------------------------------------------------------------------------------ finding
+
+def probe(executable: str | os.PathLike, request: str = "", found_by: str = "path") -> Interpreter:
+    """Ask an executable what it is; HarnessError naming it if it is not a usable Python."""
+    try:
+        out = subprocess.run([str(executable), "-c", _PROBE], capture_output=True, text=True,
+                             timeout=30, env=_clean_env())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"--python {request or executable}: {executable} could not be run ({e})") from None
+    if out.returncode != 0:
+        raise HarnessError(f"--python {request or executable}: {executable} is not a Python 3 interpreter "
+                           f"the harness can ask ({(out.stderr.strip().splitlines() or ['?'])[-1]})")
+    info = json.loads(out.stdout)
+    # a shim (pyenv's) re-executes the real interpreter: record the one that answered
+    return Interpreter(request=request or str(executable), path=info["executable"] or str(executable),
+                       version=info["version"],
+                       implementation=info["implementation"], gil_disabled=info["gil_disabled"],
+                       found_by=found_by, base_prefix=info["base_prefix"])
+
+
+def pyenv_root() -> Path | None:
+    root = os.environ.get("PYENV_ROOT")
+    if root:
+        return Path(root)
+    if shutil.which("pyenv"):
+        out = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            return Path(out.stdout.strip())
+    default = Path.home() / ".pyenv"
+    return default if default.is_dir() else None
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.t]", v.rstrip("t")) if x)
+
+
+def _candidates(major: str, minor: str | None, patch: str | None, t: str) -> Iterator[tuple[str, str]]:
+    """(executable, how found) in the order PATH, pyenv, uv; probed by the caller."""
+    name = f"python{major}" + (f".{minor}{t}" if minor else "")
+    if not patch:
+        found = shutil.which(name)
+        if found:
+            yield found, "PATH"
+    root = pyenv_root()
+    if root and (root / "versions").is_dir():
+        prefix = ".".join(x for x in (major, minor, patch) if x)
+        dirs = [d for d in (root / "versions").iterdir()
+                if (d.name == prefix + t or d.name.startswith(prefix + ".")) and d.name.endswith(t)
+                and (t or not d.name.endswith("t"))]
+        for d in sorted(dirs, key=lambda d: _version_key(d.name), reverse=True):
+            for exe in (d / "bin" / name, d / "bin" / f"python{major}", d / "bin" / "python"):
+                if exe.exists():
+                    yield str(exe), "pyenv"
+                    break
+    if shutil.which("uv"):
+        req = ".".join(x for x in (major, minor, patch) if x) + t
+        out = subprocess.run(["uv", "python", "find", "--no-python-downloads", req], capture_output=True,
+                             text=True, timeout=60, env=dict(_clean_env(), UV_PYTHON_DOWNLOADS="never"))
+        if out.returncode == 0 and out.stdout.strip():
+            yield out.stdout.strip().splitlines()[-1], "uv"
+
+
+def resolve(request: str | None) -> Interpreter:
+    """An installed interpreter for a version ("3.12", "3.12.1", "3.13t", "python3.12") or a path.
+
+    None (or "current") is the study's own interpreter.
+    """
+    if request is None or request in ("", "current"):
+        return Interpreter(request="current", path=sys.executable, version=_current_version(),
+                           implementation=sys.implementation.name, gil_disabled=_current_gil_disabled(),
+                           found_by="study", base_prefix=sys.base_prefix)
+    request = str(request).strip()
+    if os.sep in request or request.startswith(("~", ".")):
+        path = Path(request).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise HarnessError(f"--python {request}: no executable file at {path}")
+        return probe(path, request, "path")
+    m = _REQUEST.match(request)
+    if not m:
+        raise HarnessError(f"--python {request}: expected a version such as 3.12, 3.12.1 or 3.13t, "
+                           "or the path of an interpreter")
+    major, minor, patch, t = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+    wanted = ".".join(x for x in (major, minor, patch) if x)
+    tried = []
+    for exe, how in _candidates(major, minor, patch, t):
+        try:
+            interp = probe(exe, request, how)
+        except HarnessError as e:
+            tried.append(str(e))
+            continue
+        if (interp.version == wanted or interp.version.startswith(wanted + ".")) \
+                and interp.gil_disabled == bool(t):
+            return interp
+        tried.append(f"{exe} is {interp.version} ({interp.build})")
+    where = "PATH, pyenv" + (f" ({pyenv_root()})" if pyenv_root() else "") + \
+            (", `uv python find`" if shutil.which("uv") else " (uv is not installed)")
+    raise HarnessError(f"--python {request}: no {'free-threaded ' if t else ''}Python {wanted} found on "
+                       f"{where}; install it (nothing is downloaded at run time)"
+                       + (f". Tried: {'; '.join(tried)}" if tried else ""))
+
+
+def free_threaded() -> list[Interpreter]:
+    """Every free-threaded build installed here (PATH, pyenv, uv), newest first; none is downloaded."""
+    found: dict[str, Interpreter] = {}
+    for minor in range(13, 20):
+        try:
+            interp = resolve(f"3.{minor}t")
+        except HarnessError:
+            continue
+        found.setdefault(interp.version, interp)
+    return [found[v] for v in sorted(found, key=_version_key, reverse=True)]
+
+
+def _current_version() -> str:
+    import platform
+
+    return platform.python_version()
+
+
+def _current_gil_disabled() -> bool:
+    import sysconfig
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def gil_enabled_now() -> bool:
+    """Whether this process runs with the GIL (a free-threaded build may re-enable it at run time)."""
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def runtime_record() -> dict:
+    """The running interpreter's version and build: recorded with every sample."""
+    return {"python": _current_version(), "python_build": "free-threaded" if _current_gil_disabled() else "gil",
+            "gil_enabled": gil_enabled_now(), "python_executable": sys.executable}
+
+
+# ------------------------------------------------------------------------------------ venvs
+
+def _clean_env() -> dict[str, str]:
+    """The environment without the study venv's activation, so a probe sees the bare interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a client child started with a venv's python: the harness from the repo."""
+    env = _clean_env()
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _is_study_interpreter(interp: Interpreter) -> bool:
+    return (interp.found_by == "study"
+            or (interp.version == _current_version() and interp.gil_disabled == _current_gil_disabled()
+                and os.path.realpath(interp.base_prefix) == os.path.realpath(sys.base_prefix)))
+
+
+def _source() -> tuple[str, str]:
+    """(source name, sha256) of what the venvs are built from."""
+    if LOCK_FILE.exists():
+        return "requirements.lock", hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+    pyproject = REPO_ROOT / "pyproject.toml"
+    pins = "\n".join(_study_pins())
+    digest = hashlib.sha256(pyproject.read_bytes() + pins.encode()).hexdigest()
+    return "pyproject.toml (pinned to the study environment)", digest
+
+
+def _study_pins() -> list[str]:
+    """`name==version` of every distribution in the study's own environment."""
+    pins = {}
+    for d in metadata.distributions():
+        name = d.metadata["Name"]
+        if name and name.lower() != "async-db-study":
+            pins[name.lower()] = f"{name}=={d.version}"
+    return [pins[k] for k in sorted(pins)]
+
+
+def _lock_constraints() -> list[str]:
+    """The lock's requirement lines without hashes or comments (pip constraints refuse hashes)."""
+    text = LOCK_FILE.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        out.append(re.sub(r"\s--hash[= ]\S+", "", line).strip())
+    return out
+
+
+def _pyproject_dependencies() -> list[str]:
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    return list(data["project"]["dependencies"])
+
+
+def venv_path(interp: Interpreter, cache_dir: Path | None = None) -> Path:
+    return Path(cache_dir or CACHE_DIR) / interp.tag
+
+
+def ensure_venv(interp: Interpreter, cache_dir: Path | None = None, *, build: bool = True,
+                log=None) -> Venv:
+    """The interpreter's venv, built once (see the module docstring). `build=False`: only look it up,
+    HarnessError if missing or stale (inside a measurement nothing may be installed)."""
+    if _is_study_interpreter(interp):
+        return Venv(interp, sys.executable, sys.prefix, "study environment", None, "study",
+                    _installed_versions(sys.executable))
+    source, digest = _source()
+    path = venv_path(interp, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{interp.tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same venv wait for each other
+        marker = path / MARKER
+        m = json.loads(marker.read_text()) if marker.exists() else None
+        if m and m.get("version") == interp.version and Path(m["python"]).exists():
+            stale = _stale(interp, m, digest)
+            if not stale:
+                return Venv(interp, m["python"], str(path), m["source"], digest, m["mode"], m["packages"],
+                            m.get("note", ""))
+            if not build:
+                raise HarnessError(f"the virtual environment for Python {interp.label} at {path} is out of "
+                                   f"date with {source} ({stale}); update it first, outside any "
+                                   f"measurement: python -m harness.interpreters {interp.request}")
+            if LOCK_FILE.exists():  # in place: pip changes only the pins that moved
+                return _sync(interp, path, m, source, digest, log or (lambda msg: None))
+        if not build:
+            raise HarnessError(f"no ready virtual environment for Python {interp.label} at {path} "
+                               f"(built from {source}); build it first, outside any measurement: "
+                               f"python -m harness.interpreters {interp.request}")
+        return _build(interp, path, source, digest, log or (lambda msg: None))
+
+
+def _marker_env(interp: Interpreter) -> dict[str, str]:
+    import platform
+
+    return {"python_version": ".".join(interp.version.split(".")[:2]), "python_full_version": interp.version,
+            "implementation_name": interp.implementation, "sys_platform": sys.platform,
+            "platform_system": platform.system(), "platform_machine": platform.machine(), "os_name": os.name,
+            "platform_python_implementation": "CPython" if interp.implementation == "cpython" else interp.implementation}
+
+
+def lock_pins(interp: Interpreter) -> dict[str, str]:
+    """The lock's `name -> version` that apply to this interpreter (markers evaluated for it)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    env = _marker_env(interp)
+    pins = {}
+    for line in _lock_constraints():
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        spec = next(iter(req.specifier), None)
+        if spec is not None and spec.operator == "==":
+            pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def _all_installed(py: str) -> dict[str, str]:
+    code = ("import json, re; from importlib import metadata as m; "
+            "print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version "
+            "for d in m.distributions() if d.metadata['Name']}))")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=60, env=_clean_env())
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def _stale(interp: Interpreter, marker: dict, digest: str) -> str | None:
+    """Why a venv no longer matches its source (None if it does). With a lock: the pins that apply to
+    this interpreter and differ from what is installed (a full venv must hold every pin, a client
+    venv the pins of what it has); without: the pyproject/study-pins digest."""
+    if not LOCK_FILE.exists():
+        return None if marker.get("source_sha256") == digest else "pyproject or the study environment changed"
+    installed = _all_installed(marker["python"])
+    wrong = [f"{n} {installed.get(n, 'missing')} (lock: {v})" for n, v in lock_pins(interp).items()
+             if installed.get(n) != v and (marker["mode"] == "full" or n in installed)]
+    return ", ".join(wrong[:5]) + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else "") if wrong else None
+
+
+def _sync(interp: Interpreter, path: Path, marker: dict, source: str, digest: str, log) -> Venv:
+    py = marker["python"]
+    constraints = path / "constraints.txt"
+    constraints.write_text("\n".join(_lock_constraints()) + "\n")
+    args = ["-r", str(LOCK_FILE)] if marker["mode"] == "full" else ["-c", str(constraints), *CLIENT_PACKAGES]
+    log(f"updating {path} to {source}")
+    err = _pip(py, args, log)
+    if err is not None:
+        shutil.rmtree(path, ignore_errors=True)  # rebuilt from scratch, with the client fallback
+        return _build(interp, path, source, digest, log)
+    marker.update(source_sha256=digest, packages=_installed_versions(py))
+    (path / MARKER).write_text(json.dumps(marker, indent=2))
+    return Venv(interp, py, str(path), source, digest, marker["mode"], marker["packages"], marker.get("note", ""))
+
+
+def _build(interp: Interpreter, path: Path, source: str, digest: str, log) -> Venv:
+    if path.exists():
+        shutil.rmtree(path)
+    log(f"creating {path} with {interp.path} ({interp.version}, {interp.build})")
+    out = subprocess.run([interp.path, "-m", "venv", str(path)], capture_output=True, text=True,
+                         timeout=300, env=_clean_env())
+    if out.returncode != 0:
+        raise HarnessError(f"--python {interp.request}: `{interp.path} -m venv` failed: "
+                           f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
+    py = str(path / "bin" / "python")
+    constraints = path / "constraints.txt"
+    if LOCK_FILE.exists():
+        constraints.write_text("\n".join(_lock_constraints()) + "\n")
+        full = ["-r", str(LOCK_FILE)]
+    else:
+        constraints.write_text("\n".join(_study_pins()) + "\n")
+        full = ["-c", str(constraints), *_pyproject_dependencies()]
+    mode, note = "full", ""
+    err = _pip(py, full, log)
+    if err is not None:
+        note = (f"the full {source} did not install on Python {interp.version} ({err}); "
+                f"installed only the client packages")
+        log(note)
+        err = _pip(py, ["-c", str(constraints), *CLIENT_PACKAGES], log)
+        mode = "client"
+        if err is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            raise HarnessError(f"--python {interp.request}: cannot build the client environment for "
+                               f"Python {interp.version} ({interp.path}): {err}")
+    check = subprocess.run([py, "-c", "import " + ", ".join(CLIENT_IMPORTS)], capture_output=True,
+                           text=True, timeout=300, env=_clean_env())
+    if check.returncode != 0:
+        shutil.rmtree(path, ignore_errors=True)
+        raise HarnessError(f"--python {interp.request}: the client packages do not import on Python "
+                           f"{interp.version}: {(check.stderr.strip().splitlines() or ['?'])[-1]}")
+    venv = Venv(interp, py, str(path), source, digest, mode, _installed_versions(py), note)
+    (path / MARKER).write_text(json.dumps({"python": py, "version": interp.version, "build": interp.build,
+                                           "interpreter": interp.path, "source": source,
+                                           "source_sha256": digest, "mode": mode, "note": note,
+                                           "packages": venv.packages}, indent=2))
+    log(f"ready: {path} ({mode})")
+    return venv
+
+
+def _pip(py: str, args: list[str], log) -> str | None:
+    """pip install, wheels only. None on success, else one line naming the package that failed."""
+    cmd = [py, "-m", "pip", "install", "--only-binary=:all:", "--no-input", *args]
+    log("$ " + " ".join(cmd[:8]) + (" ..." if len(cmd) > 8 else ""))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=_clean_env())
+    if out.returncode == 0:
+        return None
+    text = out.stdout + "\n" + out.stderr
+    m = re.search(r"No matching distribution found for ([^\s;]+)", text)
+    if m:
+        return f"package {m.group(1)} has no wheel (or no release) for this interpreter on the index"
+    m = re.search(r"Could not find a version that satisfies the requirement ([^\s;]+)", text)
+    if m:
+        return f"package {m.group(1)} has no wheel (or no release) for this interpreter on the index"
+    errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
+    return (errors[-1] if errors else (text.strip().splitlines() or ["pip failed"])[-1])[:400]
+
+
+def _installed_versions(py: str) -> dict[str, str]:
+    names = ["pymongo", "motor", "asyncpg", "psycopg", "psycopg-binary", "psycopg-pool", "uvloop", "psutil",
+             "pandas", "numpy", "pyarrow"]
+    code = ("import json; from importlib import metadata as m\n"
+            "def v(n):\n    try: return m.version(n)\n    except Exception: return None\n"
+            f"print(json.dumps({{n: v(n) for n in {names!r}}}))")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=60, env=_clean_env())
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None, *, build: bool = True,
+            log=None) -> list[Venv]:
+    """Resolve every request and make its venv ready (duplicates by tag dropped, order kept)."""
+    venvs: dict[str, Venv] = {}
+    for r in requests:
+        interp = resolve(r)
+        if interp.tag not in venvs:
+            venvs[interp.tag] = ensure_venv(interp, cache_dir, build=build, log=log)
+    return list(venvs.values())
+
+
+def main(argv: list[str]) -> int:
+    try:
+        venvs = prepare(argv or ["current"], log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for v in venvs:
+        print(json.dumps(v.record()))
+    ft = free_threaded()
+    print("free-threaded builds: " + (", ".join(f"{i.version} ({i.path})" for i in ft) if ft else
+          "none installed on this machine (none downloaded)"), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,225 @@
+"""The measurement toolkit every experiment family stands on (ground floor: imports nothing above it).
+
+- `Window`: wall time and this process's CPU time of one measured window;
+- `TreeCPU`: CPU seconds of a process tree: a root and its descendants, including descendants that
+  exited and were reaped by a member (the kernel moves their CPU into the reaper's `children_*`
+  times). A PostgreSQL server is `TreeCPU(postmaster_pid)`; a client is `TreeCPU(os.getpid())`;
+- `CPUSampler`: cumulative CPU of several roles' process trees, sampled in a thread over time;
+- `machine_busy_s()`: busy CPU seconds of the whole machine (every process, all cores);
+- `find_postmaster()`: the pid of a local PostgreSQL server's postmaster;
+- `error_text()`: the one way to turn an exception into the short text stored with a failed row.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def error_text(e: BaseException, limit: int = 300) -> str:
+    """`TypeName: message`, cut at `limit` characters (just the type name if there is no message)."""
+    msg = str(e).strip()
+    return (f"{type(e).__name__}: {msg}" if msg else type(e).__name__)[:limit]
+
+
+class Window:
+    """A measured window: wall time and this process's CPU time between `open()` and `close()`.
+
+    Used as a context manager by experiments; a monitor thread that must not block a saturated
+    event loop calls `open()`/`close()` itself.
+    """
+
+    def __init__(self, variant: str, fields: dict[str, Any] | None = None):
+        self.variant = variant
+        self.fields = dict(fields or {})
+        self.ops = 0           # set by the experiment: operations completed inside the window
+        self.t0 = 0.0          # perf_counter() at open; samples' start_s are relative to it
+        self.wall_s = self.cpu_s = self.cpu_user_s = self.cpu_system_s = float("nan")
+
+    def open(self) -> Window:
+        self._proc = psutil.Process()
+        self._cpu0 = self._proc.cpu_times()
+        self._pt0 = time.process_time()
+        self.t0 = time.perf_counter()
+        return self
+
+    def close(self) -> None:
+        self.wall_s = time.perf_counter() - self.t0
+        self.cpu_s = time.process_time() - self._pt0
+        cpu1 = self._proc.cpu_times()
+        self.cpu_user_s = cpu1.user - self._cpu0.user
+        self.cpu_system_s = cpu1.system - self._cpu0.system
+
+    @property
+    def close_at(self) -> float:
+        """perf_counter() when the window closed."""
+        return self.t0 + self.wall_s
+
+    def __enter__(self) -> Window:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def row(self) -> dict[str, Any]:
+        return {"variant": self.variant, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
+                "cpu_user_s": self.cpu_user_s, "cpu_system_s": self.cpu_system_s, "ops": self.ops,
+                **self.fields}
+
+
+class TreeCPU:
+    """CPU seconds (user + system) of a process tree: `root_pid` and every descendant.
+
+    Descendants that exit between two reads still count: whoever reaps them (the root, for
+    PostgreSQL's backends) has their CPU added to its `children_user`/`children_system`, which are
+    read for every member. Descendants that start between two reads count from zero, as they should.
+    `available` is False (and `read()` NaN) when the root is not a readable local process.
+    """
+
+    def __init__(self, root_pid: int | None):
+        self.pid = root_pid
+        self.available = False
+        self.source = "none"
+        self.processes = 0       # members seen by the last read()
+        if root_pid:
+            try:
+                psutil.Process(root_pid).cpu_times()
+                self.available = True
+                self.source = "process tree"
+            except (psutil.Error, OSError):
+                self.source = f"pid {root_pid} not readable"
+
+    def read(self) -> float:
+        if not self.available:
+            return float("nan")
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return float("nan")
+        total, n = 0.0, 0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue  # exited between listing and reading
+            total += t.user + t.system + t.children_user + t.children_system
+            n += 1
+        self.processes = n
+        return total
+
+
+class ServerCPU(TreeCPU):
+    """A PostgreSQL server's CPU: its postmaster and every backend and worker (reaped ones too).
+    Any other client of the same cluster (FerretDB when it shares it) is counted too."""
+
+    def __init__(self, postmaster_pid: int | None):
+        super().__init__(postmaster_pid)
+        if self.available:
+            self.source = "postmaster+descendants"
+        elif postmaster_pid:
+            self.source = f"postmaster pid {postmaster_pid} not readable"
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all processes of this machine have been busy (all cores: not idle, not iowait)."""
+    t = psutil.cpu_times()
+    # guest time is already counted in user/nice
+    return (sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
+            - getattr(t, "guest_nice", 0.0))
+
+
+class CPUSampler:
+    """Samples, in a thread, the cumulative CPU time (user + system) of each role's process trees.
+
+    A role is a list of root pids; their descendants are found at every sample. A process that
+    exits keeps counting with the CPU it had used when last seen, so a role's total never drops.
+    """
+
+    def __init__(self, roles: dict[str, list[int]], interval: float):
+        self.roles = roles
+        self.interval = interval
+        self.rows: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._procs: dict[int, psutil.Process] = {}
+        self._last: dict[int, float] = {}
+        self._members: dict[str, set[int]] = {}
+        self.t0 = time.perf_counter()
+
+    def sample(self) -> None:
+        t = time.perf_counter() - self.t0
+        for role, pids in self.roles.items():
+            members = self._members.setdefault(role, set())
+            for pid in pids:
+                try:
+                    root = self._procs.setdefault(pid, psutil.Process(pid))
+                    for proc in (root, *root.children(recursive=True)):
+                        members.add(proc.pid)
+                        self._procs.setdefault(proc.pid, proc)
+                except psutil.Error:
+                    pass
+            alive = 0
+            for pid in members:
+                try:
+                    ct = self._procs[pid].cpu_times()
+                    self._last[pid] = ct.user + ct.system
+                    alive += 1
+                except psutil.Error:
+                    pass
+            self.rows.append({"t_s": t, "role": role, "cpu_s": sum(self._last.get(m, 0.0) for m in members),
+                              "procs": alive})
+
+    def __enter__(self) -> CPUSampler:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def used(self, role: str) -> float:
+        """CPU seconds the role used between the first and the last sample."""
+        vals = [r["cpu_s"] for r in self.rows if r["role"] == role]
+        return vals[-1] - vals[0] if vals else float("nan")
+
+
+def find_postmaster(dsn: str | None, known_pids: list[int] | None = None) -> tuple[int | None, str]:
+    """The postmaster pid of the server at `dsn`, if it runs on this machine, and how it was found.
+
+    The harness's local cluster records it (`Server.pids[0]`); otherwise, for a loopback DSN, a
+    process named postgres whose command line carries `-p <port>` and has no postgres parent.
+    """
+    if known_pids:
+        return known_pids[0], "harness server pid"
+    if not dsn:
+        return None, "no DSN"
+    try:
+        parts = urlsplit(dsn)
+        host, port = parts.hostname, parts.port or 5432
+    except ValueError:
+        return None, "unparsable DSN"
+    if host not in LOOPBACK:
+        return None, f"server not on this machine ({host})"
+    for p in psutil.process_iter(["name", "cmdline", "ppid"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["name"] != "postgres" or "-p" not in cmd:
+                continue
+            if cmd[cmd.index("-p") + 1] == str(port):
+                return p.pid, "found by port"
+        except (psutil.Error, IndexError, ValueError):
+            continue
+    return None, f"no local postmaster found for port {port} (docker or remote server)"

@@ -1,0 +1,199 @@
+"""`<run>/summary.json`: the figures a reader can cite, with their intervals, and every claim's verdict.
+
+Keys (issue 10, "Interface the checks read"; contract C3):
+- `metrics`: one row per experiment, variant and metric: `experiment, variant, metric, unit, median,
+  ci_low, ci_high, cv, n_repeats, unstable, stability, normalised, normalised_by, interpreter,
+  bottleneck`. The interval is the 95% t-interval of the geometric mean on the log over repeats
+  (harness.stats.summarise); `unstable` = CV >= 10% with n >= 5; `normalised` = median throughput /
+  the matching in-run ceiling (harness.calibration.ceiling_for), null for anything but a throughput.
+- `claims`: one row per ledger row (and interpreter) with `claim_id, seed, kind, comparison,
+  verdict`, the figures it used (a and b medians, the ratio with its interval, n, the smallest
+  detectable ratio), and `chance_wrong` beside the rows: how many verdicts chance alone would flip.
+- `timing`: manifest["timing"] (per experiment `wall_s`, `measured_s`), plus the whole run's ratio.
+- `calibration`: manifest["calibration"] (`before`, `after`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import calibration, claims, stats
+from .analysis import metric_name
+from .errors import HarnessError
+from .store import Run, write_json_atomic
+
+SUMMARY_VERSION = 1
+THROUGHPUT_UNITS = ("req/s", "queries/s", "transactions/s")
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN and inf become null; numpy scalars become Python numbers."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """summary.json's `metrics` rows from a C1 frame of per-repeat figures."""
+    interpreter = claims._interpreter(run)
+    cal = run.manifest.get("calibration")
+    rows = []
+    if frame.empty:
+        return rows
+    for (exp, variant, metric), g in frame.groupby(["experiment", "variant", "metric"], sort=True):
+        s = stats.summarise(g["value"].to_numpy())
+        unit = str(g["unit"].iloc[0])
+        normalised, by = None, None
+        if unit in THROUGHPUT_UNITS and g["better"].iloc[0] == "higher":
+            ceiling, which = calibration.ceiling_for(exp, cal)
+            if ceiling:
+                normalised, by = s["median"] / ceiling, which
+        bottlenecks = sorted({b for b in g["bottleneck"] if isinstance(b, str) and b})
+        rows.append({"experiment": exp, "variant": variant, "metric": metric, "unit": unit,
+                     "median": s["median"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
+                     "cv": s["cv"], "n_repeats": s["n"], "unstable": s["unstable"],
+                     "stability": s["stability"], "normalised": normalised, "normalised_by": by,
+                     "interpreter": interpreter, "better": g["better"].iloc[0],
+                     "bottleneck": " / ".join(bottlenecks) or None})
+    return rows
+
+
+def claim_rows(evaluated: pd.DataFrame) -> list[dict[str, Any]]:
+    keep = ["claim_id", "document", "kind", "comparison", "verdict", "seed_value", "seed_unit", "a", "b",
+            "a_median", "b_median", "direction", "reference", "band_low", "band_high", "margin", "n",
+            "value", "ci_low", "ci_high", "p_value", "detectable", "server", "interpreter", "missing"]
+    out = []
+    for r in evaluated[keep].to_dict("records"):
+        r["seed"] = r.pop("document")
+        out.append(r)
+    return out
+
+
+def timing(run: Run) -> dict[str, Any]:
+    t = dict(run.manifest.get("timing") or {})
+    wall = sum(float(v.get("wall_s") or 0) for v in t.values() if isinstance(v, dict))
+    measured = sum(float(v.get("measured_s") or 0) for v in t.values() if isinstance(v, dict))
+    return {"experiments": t, "wall_s": wall, "measured_s": measured,
+            "measured_fraction": measured / wall if wall else None}
+
+
+def build(run: Run) -> dict[str, Any]:
+    frame, errors = claims.collect_frame(run)
+    evaluated = claims.evaluate(run, frame=frame)
+    return _clean({
+        "summary_version": SUMMARY_VERSION,
+        "run_id": run.id,
+        "metrics": metric_rows(run, frame),
+        "claims": claim_rows(evaluated),
+        "chance_wrong": claims.chance_wrong(evaluated),
+        "verdict_counts": claims.summary(evaluated).reset_index().to_dict("records"),
+        "timing": timing(run),
+        "calibration": run.manifest.get("calibration") or {},
+        "ceilings": calibration.CEILING_WHY,
+        "methods": {"single figure": "geometric mean over repeats, 95% Student t-interval on the log "
+                                     "(scipy.stats); CV = std (ddof=1) / mean",
+                    "comparison": "paired by repeat: 95% t-interval on the log of per-repeat ratios",
+                    "equivalence": "TOST on the log ratio at 5% (90% interval inside the margin)",
+                    "stability": "unstable when CV >= 10% with n >= 5; too few repeats to judge below 5"},
+        "analysis_errors": errors,
+    })
+
+
+def write(run_path: Path) -> dict[str, Any]:
+    """Compute and write `<run_path>/summary.json`; returns what it wrote."""
+    run = Run(Path(run_path))
+    out = build(run)
+    write_json_atomic(run.path / "summary.json", out)
+    return out
+
+
+def load(run: Run) -> dict[str, Any]:
+    """summary.json of a run, computed now if the run has none (runs made before it existed)."""
+    f = run.path / "summary.json"
+    if f.exists():
+        return json.loads(f.read_text())
+    return build(run)
+
+
+# -- harness compare -------------------------------------------------------------------------------
+
+def headline(summary: dict[str, Any]) -> pd.DataFrame:
+    """Throughputs (with a normalised figure when available) and the metrics of the claims."""
+    m = pd.DataFrame(summary.get("metrics", []))
+    if m.empty:
+        return m
+    return m[m["unit"].isin(THROUGHPUT_UNITS)]
+
+
+def _fig(median, lo, hi, digits=4) -> str:
+    if median is None or (isinstance(median, float) and math.isnan(median)):
+        return "—"
+    f = lambda v: f"{v:.{digits}g}" if v is not None and not (isinstance(v, float) and math.isnan(v)) else "?"  # noqa: E731
+    return f"{f(median)} [{f(lo)}, {f(hi)}]"
+
+
+def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
+    """Headline figures of two runs side by side: absolute (median [95% interval]) and normalised,
+    with each side's CV and n, and the ratio B / A of both."""
+    sa, sb = load(run_a), load(run_b)
+    ha, hb = headline(sa), headline(sb)
+    if ha.empty and hb.empty:
+        raise HarnessError(f"neither {run_a.id} nor {run_b.id} has a throughput figure to compare")
+    key = ["experiment", "variant", "metric"]
+    both = ha.merge(hb, on=key, how="outer", suffixes=("_a", "_b"))
+    rows = []
+    for r in both.to_dict("records"):
+        def g(k, side):
+            v = r.get(f"{k}_{side}")
+            return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+        ratio = (g("median", "b") / g("median", "a")) if g("median", "a") and g("median", "b") else None
+        nratio = (g("normalised", "b") / g("normalised", "a")) if g("normalised", "a") and g("normalised", "b") else None
+        rows.append({"figure": metric_name(r["experiment"], r["variant"], r["metric"]),
+                     "unit": g("unit", "a") or g("unit", "b"),
+                     "A": _fig(g("median", "a"), g("ci_low", "a"), g("ci_high", "a")),
+                     "A cv/n": _cvn(g("cv", "a"), g("n_repeats", "a"), g("unstable", "a")),
+                     "B": _fig(g("median", "b"), g("ci_low", "b"), g("ci_high", "b")),
+                     "B cv/n": _cvn(g("cv", "b"), g("n_repeats", "b"), g("unstable", "b")),
+                     "B/A": f"{ratio:.3f}" if ratio else "—",
+                     "A norm": f"{g('normalised', 'a'):.4g}" if g("normalised", "a") else "—",
+                     "B norm": f"{g('normalised', 'b'):.4g}" if g("normalised", "b") else "—",
+                     "B/A norm": f"{nratio:.3f}" if nratio else "—",
+                     "by": g("normalised_by", "a") or g("normalised_by", "b") or ""})
+    return pd.DataFrame(rows)
+
+
+def _cvn(cv, n, unstable) -> str:
+    if n is None:
+        return "—"
+    text = f"{100 * cv:.1f}%/{int(n)}" if cv is not None else f"—/{int(n)}"
+    return text + (" UNSTABLE" if unstable else "")
+
+
+def compare_text(run_a: Run, run_b: Run) -> str:
+    df = compare(run_a, run_b)
+    sa, sb = load(run_a), load(run_b)
+    lines = [f"A = {run_a.id}", f"B = {run_b.id}"]
+    for label, s in (("A", sa), ("B", sb)):
+        cal = s.get("calibration") or {}
+        parts = []
+        for which in ("pgbench", "python_cpu"):
+            before = (cal.get("before") or {}).get(which) or {}
+            if before.get("median"):
+                parts.append(f"{which} {before['median']:.4g} {before.get('unit', '')} "
+                             f"(cv {100 * (before.get('cv') or 0):.1f}%)")
+        lines.append(f"{label} ceilings (before): " + ("; ".join(parts) or "none recorded"))
+    lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
+                 "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
+    lines.append(df.to_string(index=False))
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Every registered experiment, from its declarations (experiments/base.py, contract C5) and the
+session's smoke run of all of them (conftest `smoke_run`, through `study.run` as users run it):
+it finishes ok at smoke size, what it stored is on its declared schema, and it has an analysis
+module whose metrics hold its headline figures. Adding an experiment adds it here: no list to edit.
+
+Plus the declarations' machinery itself, without servers: the grid expansion and the schema check.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness import registry, store
+from harness.errors import HarnessError
+from harness.experiments.base import Metric, check_table, grid, variant_id
+
+NAMES = list(registry.all_experiments())
+
+
+def test_every_experiment_module_is_registered():
+    assert {"mongo_cursor", "mongo_pool", "mongo_client", "mongo_bulk", "mongo_models", "pg_models",
+            "pg_ceiling", "fastapi_locust"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declarations(name):
+    exp = registry.get(name)
+    assert exp.tables, f"{name} declares no table schemas"
+    assert "samples" in exp.tables or "windows" in exp.tables, f"{name}: neither samples nor windows"
+    assert exp.headline and all(isinstance(m, Metric) for m in exp.headline), f"{name}: no headline metrics"
+    assert exp.repeats.get("smoke") == 1 and exp.repeats.get("full", 0) >= 3, exp.repeats
+    module = exp.analysis_module()
+    assert callable(getattr(module, "metrics", None)), f"{exp.analysis} has no metrics(run)"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_finishes_ok_at_smoke_size(smoke_run: store.Run, name):
+    entry = smoke_run.experiments.get(name)
+    assert entry is not None, f"{name} is not in the session's smoke run"
+    assert entry["status"] == "ok", f"{name}: {entry.get('status')}: {entry.get('error') or entry.get('repeats')}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stored_tables_are_on_schema(smoke_run: store.Run, name):
+    """What reached disk (after Parquet's round trip) is still what the experiment declares."""
+    exp = registry.get(name)
+    repeats = smoke_run.repeat_dirs(name)
+    assert repeats, f"{name} stored no repeat"
+    for k, d in repeats:
+        stored = sorted(d.glob("*.parquet"))
+        assert stored, f"{name} r{k} stored no table"
+        for f in stored:
+            check_table(name, exp.tables, f.stem, pd.read_parquet(f))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_analysis_names_the_headline_metrics(smoke_run: store.Run, name):
+    exp = registry.get(name)
+    frame = exp.analysis_module().metrics(smoke_run)
+    mine = frame[frame["experiment"] == name]
+    assert len(mine), f"{exp.analysis}.metrics gives no figure of {name}"
+    for m in exp.headline:
+        rows = mine[mine["metric"] == m.name]
+        assert len(rows), f"headline {m.name} of {name} is not among {sorted(set(mine['metric']))}"
+        assert set(rows["unit"]) == {m.unit}, f"{name}.{m.name}: unit {set(rows['unit'])} vs declared {m.unit}"
+        assert set(rows["better"]) == {m.better}, f"{name}.{m.name}: better {set(rows['better'])}"
+
+
+# -- the machinery, no servers ---------------------------------------------------------------------
+
+def test_grid_expands_every_combination_first_axis_slowest():
+    points = grid(loop=("asyncio", "uvloop"), pool=(10, 20), driver="pymongo")
+    assert points == [{"loop": "asyncio", "pool": 10, "driver": "pymongo"},
+                      {"loop": "asyncio", "pool": 20, "driver": "pymongo"},
+                      {"loop": "uvloop", "pool": 10, "driver": "pymongo"},
+                      {"loop": "uvloop", "pool": 20, "driver": "pymongo"}]
+    assert [variant_id("bare", **p) for p in points][1] == "bare[loop=asyncio,pool=20,driver=pymongo]"
+    assert grid(pool=()) == []
+    assert variant_id("async", semaphore=True) == "async[semaphore=on]"
+
+
+SCHEMA = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", "task": "int"}}
+
+
+def test_schema_check_accepts_a_table_on_schema():
+    check_table("x", SCHEMA, "samples", pd.DataFrame({"variant": ["a", None], "latency_s": [0.1, 2],
+                                                      "ok": [True, False], "task": [0.0, float("nan")]}))
+
+
+@pytest.mark.parametrize("table, frame, words", [
+    ("other", pd.DataFrame({"a": [1]}), ["other", "does not declare", "samples"]),
+    ("samples", pd.DataFrame({"variant": ["a"], "ok": [True], "task": [1]}), ["missing", "latency_s"]),
+    ("samples", pd.DataFrame({"variant": ["a"], "latency_s": [1.0], "ok": [True], "task": [1], "extra": [1]}),
+     ["undeclared", "extra"]),
+    ("samples", pd.DataFrame({"variant": ["a"], "latency_s": ["slow"], "ok": [True], "task": [1.5]}),
+     ["wrong kind", "latency_s (not float)", "task (not int)"]),
+])
+def test_schema_check_names_the_table_and_columns(table, frame, words):
+    with pytest.raises(HarnessError) as info:
+        check_table("x", SCHEMA, table, frame)
+    message = str(info.value)
+    assert table in message and all(w in message for w in words), message

@@ -1,0 +1,83 @@
+"""summary.json (issue 10's interface) and `harness compare`, on a real smoke run and on figures
+built by hand where a value must be exact."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from harness import calibration, cli, store, summary
+
+METRIC_KEYS = {"experiment", "variant", "metric", "unit", "median", "ci_low", "ci_high", "cv", "n_repeats",
+               "unstable", "normalised", "interpreter", "bottleneck"}
+
+
+def _run_dir(tmp_path, name: str, manifest: dict) -> store.Run:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"format_version": store.FORMAT_VERSION, "run_id": name,
+                                                 "status": "complete", "experiments": {}, **manifest}))
+    return store.Run(d)
+
+
+def _cal(pgbench: list[float], loops: list[float]) -> dict:
+    part = {"pgbench": {"values": pgbench}, "python_cpu": {"values": loops}}
+    return {"before": part, "after": part}
+
+
+def test_throughputs_are_normalised_by_the_matching_ceiling(tmp_path):
+    run = _run_dir(tmp_path, "r", {"calibration": _cal([1000.0, 1100.0, 900.0], [5e6, 5e6, 5e6])})
+    frame = pd.DataFrame([
+        {"experiment": "pg_models", "variant": "fast.pool20.uvloop_asyncpg", "metric": "rps", "unit": "req/s",
+         "repeat": k, "value": v, "better": "higher", "bottleneck": "client CPU"} for k, v in enumerate([500.0, 520.0, 480.0])
+    ] + [
+        {"experiment": "mongo_pool", "variant": "bare", "metric": "throughput_qps", "unit": "queries/s",
+         "repeat": k, "value": v, "better": "higher", "bottleneck": ""} for k, v in enumerate([2000.0, 2000.0, 2000.0])
+    ] + [
+        {"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
+         "repeat": k, "value": 1.0, "better": "lower", "bottleneck": ""} for k in range(3)])
+    rows = {(r["experiment"], r["metric"]): r for r in summary.metric_rows(run, frame)}
+    assert all(METRIC_KEYS <= set(r) for r in rows.values())
+    pg = rows[("pg_models", "rps")]
+    assert pg["normalised"] == pytest.approx(500.0 / 1000.0) and pg["normalised_by"] == "pgbench"
+    assert pg["bottleneck"] == "client CPU" and pg["n_repeats"] == 3
+    assert "too few repeats" in pg["stability"] and pg["unstable"] is False
+    mongo = rows[("mongo_pool", "throughput_qps")]
+    assert mongo["normalised"] == pytest.approx(2000.0 / 5.0) and mongo["normalised_by"] == "python_cpu"
+    assert rows[("mongo_pool", "p50_ms")]["normalised"] is None   # latencies are not normalised
+    assert calibration.ceiling_for("pg_models", None) == (None, "pgbench")
+
+
+def test_summary_json_of_the_smoke_run(smoke_run):
+    out = summary.write(smoke_run.path)
+    text = (smoke_run.path / "summary.json").read_text()
+    assert "NaN" not in text and json.loads(text) == json.loads(json.dumps(out))
+    assert {"metrics", "claims", "timing", "calibration"} <= set(out)
+    assert out["metrics"] and all(METRIC_KEYS <= set(r) for r in out["metrics"])
+    for r in out["metrics"]:
+        assert r["n_repeats"] >= 1 and r["median"] is not None, r
+        if r["ci_low"] is not None:
+            assert r["ci_low"] <= r["ci_high"]
+    pg = [r for r in out["metrics"] if r["experiment"] == "pg_models" and r["metric"] == "rps"]
+    assert pg and all(r["bottleneck"] for r in pg), "pg_models rows name their limiting resource"
+    assert {"claim_id", "seed", "verdict", "value", "ci_low", "ci_high", "n"} <= set(out["claims"][0])
+    assert out["chance_wrong"]["expected_wrong"] == pytest.approx(0.05 * out["chance_wrong"]["judged_rows"])
+    assert out["timing"]["experiments"] == smoke_run.manifest.get("timing", {})
+    assert out["calibration"] == smoke_run.manifest.get("calibration", {})
+
+
+def test_compare_prints_both_runs_side_by_side(smoke_run):
+    df = summary.compare(smoke_run, smoke_run)
+    assert not df.empty and (df["B/A"] == "1.000").all()
+    result = CliRunner().invoke(cli.cli, ["compare", str(smoke_run.path), str(smoke_run.path)])
+    assert result.exit_code == 0, result.output
+    assert smoke_run.id in result.output and "B/A" in result.output
+
+
+def test_compare_names_a_run_that_does_not_exist(tmp_path):
+    result = CliRunner().invoke(cli.cli, ["compare", str(tmp_path / "nope"), "latest",
+                                          "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0 and "nope" in str(result.exception or result.output)
