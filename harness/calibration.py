@@ -130,8 +130,11 @@ def pgbench_tps(dsn: str, binary: str, seconds: int = PGBENCH_SECONDS) -> float:
 def _series(runs: list[dict[str, float]], unit: str, **extra: Any) -> dict[str, Any]:
     rates = [r["rate"] for r in runs]
     s = stats.summarise(rates)
-    return {"unit": unit, "values": rates, "median": s["median"], "ci_low": s["ci_low"],
-            "ci_high": s["ci_high"], "cv": s["cv"], "n": s["n"],
+    def num(v):  # None rather than NaN: the manifest is strict JSON
+        return None if v is None or v != v else v
+
+    return {"unit": unit, "values": rates, "median": num(s["median"]), "ci_low": num(s["ci_low"]),
+            "ci_high": num(s["ci_high"]), "cv": num(s["cv"]), "n": s["n"],
             "steal_pct": [r["steal_pct"] for r in runs], "wall_s": [r["wall_s"] for r in runs], **extra}
 
 

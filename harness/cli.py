@@ -92,7 +92,7 @@ def list_cmd(as_json: bool) -> None:
         click.echo(f"{'':16} parameters (full): " + ", ".join(f"{k}={v}" for k, v in full.items()))
 
 
-def _run(names, profile, repeat, sets, data_dir) -> Path:
+def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared") -> Path:
     from . import study
 
     overrides = _parse_sets(sets)
@@ -101,7 +101,8 @@ def _run(names, profile, repeat, sets, data_dir) -> Path:
     store.check_writable(data_dir)
     progress = _Progress(total=len(study.schedule(planned)))
     try:
-        return study.run(list(names), profile, repeat, overrides, data_dir, on_event=progress)
+        return study.run(list(names), profile, repeat, overrides, data_dir, on_event=progress,
+                         python=python, placement=placement)
     finally:
         progress.close()
 
@@ -116,6 +117,14 @@ _set = click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
                          "Repeatable. `list` shows the parameters.")
 _data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=None,
                          help="Where runs are stored (default: data/, or $STUDY_DATA_DIR).")
+_python = click.option("--python", "pythons", multiple=True, metavar="VERSION_OR_PATH",
+                       help="Run the workers and client processes on this interpreter (3.12, 3.13t, or a "
+                            "path; found on PATH, under pyenv or by `uv python find`, never downloaded), "
+                            "in its own venv from requirements.lock. Repeatable: one run per interpreter.")
+_placement = click.option("--placement", type=click.Choice(("shared", "split")), default="shared",
+                          show_default=True,
+                          help="split: pin the servers to half the cores and the client to the other half "
+                               "(CPU affinity, recorded); it halves the cores each side has.")
 
 
 @cli.command()
@@ -124,11 +133,14 @@ _data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=
 @_repeat
 @_set
 @_data_dir
-def run(experiments, profile, repeat, sets, data_dir) -> None:
+@_python
+@_placement
+def run(experiments, profile, repeat, sets, data_dir, pythons, placement) -> None:
     """Run EXPERIMENTS (names from `list`, or `all`) and store the raw data as a new run."""
     names = list(registry.all_experiments()) if list(experiments) == ["all"] else list(experiments)
-    path = _run(names, profile, repeat, sets, data_dir)
-    _print_outcome(path)
+    for python in pythons or (None,):
+        path = _run(names, profile, repeat, sets, data_dir, python, placement)
+        _print_outcome(path)
 
 
 def _print_outcome(path: Path) -> None:
@@ -156,18 +168,21 @@ def report(run_ref, keep_code, data_dir) -> None:
 @_set
 @_data_dir
 @click.option("--keep-code", is_flag=True, help="Show code cells in the HTML report.")
-def study_cmd(profile, repeat, sets, data_dir, keep_code) -> None:
+@_python
+@_placement
+def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) -> None:
     """The main job: provision servers, run every registered experiment, build the report."""
     from . import report as report_mod
 
     names = list(registry.all_experiments())
     if not names:
         raise HarnessError("no experiments registered yet")
-    path = _run(names, profile, repeat, sets, data_dir)
-    run_ = store.Run(path)
-    _print_outcome_lines(run_)
-    out = report_mod.build(run_, keep_code=keep_code)
-    click.echo(f"report: {out}")
+    for python in pythons or (None,):
+        path = _run(names, profile, repeat, sets, data_dir, python, placement)
+        run_ = store.Run(path)
+        _print_outcome_lines(run_)
+        out = report_mod.build(run_, keep_code=keep_code)
+        click.echo(f"report: {out}")
 
 
 def _cell_counts(cells: list[dict] | dict) -> str:
@@ -187,6 +202,10 @@ def _print_outcome_lines(run_: store.Run) -> None:
         click.echo("time (wall, inside measured windows):")
         for line in timing_lines(run_.manifest):
             click.echo(line)
+    from .summary import stability_warnings
+
+    for line in stability_warnings(run_):
+        click.echo(line)
     flag = " (with failures)" if run_.manifest.get("has_failures") else ""
     click.echo(f"run {run_.id}: {run_.manifest['status']}{flag} -> {run_.path}")
 
@@ -229,7 +248,7 @@ def servers_up() -> None:
 
 
 @servers_group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print {mongodb_uri, postgres_dsn, ...} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {mongodb_uri, postgres_dsn, toxiproxy: {api, version}, ...} as JSON.")
 def servers_status(as_json) -> None:
     """Show the stack `servers up` started, if it is running."""
     stack = servers.running_stack()

@@ -156,12 +156,19 @@ def _candidates(major: str, minor: str | None, patch: str | None, t: str) -> Ite
                 if exe.exists():
                     yield str(exe), "pyenv"
                     break
-    if shutil.which("uv"):
+    uv = _uv()
+    if uv:
         req = ".".join(x for x in (major, minor, patch) if x) + t
-        out = subprocess.run(["uv", "python", "find", "--no-python-downloads", req], capture_output=True,
+        out = subprocess.run([uv, "python", "find", "--no-python-downloads", req], capture_output=True,
                              text=True, timeout=60, env=dict(_clean_env(), UV_PYTHON_DOWNLOADS="never"))
         if out.returncode == 0 and out.stdout.strip():
             yield out.stdout.strip().splitlines()[-1], "uv"
+
+
+def _uv() -> str | None:
+    """uv on PATH, or the one installed beside the study's interpreter (the dev extra has it)."""
+    sibling = Path(sys.executable).parent / "uv"
+    return shutil.which("uv") or (str(sibling) if sibling.exists() else None)
 
 
 def resolve(request: str | None) -> Interpreter:
@@ -197,7 +204,7 @@ def resolve(request: str | None) -> Interpreter:
             return interp
         tried.append(f"{exe} is {interp.version} ({interp.build})")
     where = "PATH, pyenv" + (f" ({pyenv_root()})" if pyenv_root() else "") + \
-            (", `uv python find`" if shutil.which("uv") else " (uv is not installed)")
+            (", `uv python find`" if _uv() else " (uv is not installed)")
     raise HarnessError(f"--python {request}: no {'free-threaded ' if t else ''}Python {wanted} found on "
                        f"{where}; install it (nothing is downloaded at run time)"
                        + (f". Tried: {'; '.join(tried)}" if tried else ""))
@@ -454,6 +461,12 @@ def _pip(py: str, args: list[str], log) -> str | None:
     m = re.search(r"Could not find a version that satisfies the requirement ([^\s;]+)", text)
     if m:
         return f"package {m.group(1)} has no wheel (or no release) for this interpreter on the index"
+    m = re.search(r"Cannot install ([^\s;]+?)(?: and|,| because)", text)
+    if m:  # a pinned version the resolver cannot take: no wheel of that version for this interpreter
+        name = m.group(1)
+        pin = re.search(rf"\(constraint\) ({re.escape(name)}==\S+)", text, re.IGNORECASE)
+        return (f"package {pin.group(1) if pin else name} has no wheel (or no release) for this "
+                f"interpreter on the index")
     errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
     return (errors[-1] if errors else (text.strip().splitlines() or ["pip failed"])[-1])[:400]
 

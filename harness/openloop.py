@@ -26,9 +26,15 @@ stall *in the generator*: their naive latency starts after the stall and looks f
 corrected latency includes the wait. With ample connections and no stall the two coincide.
 
 Bounded in time: the schedule lasts `duration_s`; requests not yet sent `drain_s` after it ends are
-recorded as unsent (``sent=False``) and in-flight ones then fail with a timeout. Latencies go into
-HdrHistograms through `harness.stats` (all sent requests, whatever their status; `ok` says which
-got HTTP 2xx); percentiles come from `harness.stats.hdr_summary`.
+recorded as unsent (``sent=False``) and in-flight ones then fail with a timeout. An unsent request is
+not dropped: its corrected latency is from its intended send time to the end of the window
+(``window_end_s``, a lower bound), so a generator that falls behind cannot improve its percentiles.
+
+Validity (`assess`). The send lag (actual - intended) of every sent request is summarised; a rate
+is `invalid` when the generator fell behind, i.e. its lag p99 exceeds half the inter-arrival time
+(0.5 / rate), or when any request was never sent. An invalid rate's figures are kept as raw data
+but are not latency figures of the server. Latencies go into HdrHistograms through `harness.stats`
+(``stats.hdr_summary``); `ok` says which requests got HTTP 2xx.
 
     python -m harness.openloop http://127.0.0.1:8000/listings/top --rate 50 --duration 20
 """
@@ -57,6 +63,7 @@ class OpenLoopResult:
     connections: int
     requests: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0         # t0 until the last request finished (or the drain ended)
+    drain_s: float = 0.0
 
     def frame(self):
         import pandas as pd
@@ -64,10 +71,12 @@ class OpenLoopResult:
         return pd.DataFrame(self.requests, columns=list(_ROW_KEYS))
 
     def histogram(self, kind: str):
-        """HdrHistogram (integer microseconds) of `corrected` or `naive` latency of sent requests."""
+        """HdrHistogram (integer microseconds) of `corrected` latency (every scheduled request,
+        unsent ones up to the window's end) or `naive` latency (sent requests only)."""
         if kind not in ("corrected", "naive"):
             raise ValueError(f"kind must be corrected or naive, got {kind!r}")
-        return stats.hdr_histogram(round(r[f"{kind}_s"] * 1e6) for r in self.requests if r["sent"])
+        rows = self.requests if kind == "corrected" else [r for r in self.requests if r["sent"]]
+        return stats.hdr_histogram(round(r[f"{kind}_s"] * 1e6) for r in rows)
 
     def summary(self) -> dict[str, Any]:
         sent = [r for r in self.requests if r["sent"]]
@@ -77,11 +86,42 @@ class OpenLoopResult:
             "ok": sum(r["ok"] for r in sent), "unsent": len(self.requests) - len(sent),
             "corrected": stats.hdr_summary(self.histogram("corrected")),
             "naive": stats.hdr_summary(self.histogram("naive")),
+            **{k: v for k, v in assess(self.frame(), self.rate, self.wall_s).items()
+               if k.startswith("lag_") or k in ("invalid", "invalid_reason")},
         }
 
 
+def assess(frame, rate: float, wall_s: float) -> dict[str, Any]:
+    """One rate's figures from its rows (`OpenLoopResult.frame()` or the stored `openloop` table):
+    counts, achieved rate, send-lag percentiles, corrected (all scheduled requests, unsent ones up
+    to the window's end) and naive latency percentiles, and whether the rate is `invalid`."""
+    import numpy as np
+
+    sent = frame[frame["sent"]]
+    lag_ms = (sent["actual_s"] - sent["intended_s"]).to_numpy(float) * 1000.0
+    lag = dict(zip(("lag_p50_ms", "lag_p99_ms"), stats.percentiles(lag_ms, [50, 99])))
+    lag["lag_max_ms"] = float(lag_ms.max()) if lag_ms.size else float("nan")
+    unsent = int((~frame["sent"]).sum())
+    half_gap_ms = 0.5 / rate * 1000.0
+    reasons = []
+    if unsent:
+        reasons.append(f"{unsent} requests never sent")
+    if lag["lag_p99_ms"] > half_gap_ms:
+        reasons.append(f"send lag p99 {lag['lag_p99_ms']:.1f} ms > half the inter-arrival time "
+                       f"({half_gap_ms:.1f} ms)")
+    c = stats.hdr_summary(stats.hdr_histogram(np.round(frame["corrected_s"].to_numpy(float) * 1e6)))
+    n = stats.hdr_summary(stats.hdr_histogram(np.round(sent["naive_s"].to_numpy(float) * 1e6)))
+    ok = int(frame["ok"].sum())
+    return {"scheduled": len(frame), "sent": len(sent), "ok": ok, "failed": len(sent) - ok, "unsent": unsent,
+            "achieved_rps": ok / wall_s if wall_s > 0 else float("nan"),
+            **{k: float(v) for k, v in lag.items()},
+            **{f"corrected_{k}": c[k] for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
+            **{f"naive_{k}": n[k] for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
+            "invalid": bool(reasons), "invalid_reason": "; ".join(reasons)}
+
+
 _ROW_KEYS = ("seq", "connection", "intended_s", "actual_s", "end_s", "corrected_s", "naive_s",
-             "status", "ok", "sent", "error")
+             "status", "ok", "sent", "error", "window_end_s")
 
 
 class _Connection:
@@ -152,7 +192,7 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
     raw = (f"GET {target} HTTP/1.1\r\nHost: {parts.hostname}:{port}\r\n"
            f"User-Agent: harness-openloop\r\nAccept: */*\r\n\r\n").encode("latin-1")
     n = max(1, round(rate * duration_s))
-    result = OpenLoopResult(url, rate, duration_s, connections)
+    result = OpenLoopResult(url, rate, duration_s, connections, drain_s=drain_s)
     rows: list[dict[str, Any] | None] = [None] * n
     t0 = time.perf_counter() + LEAD_S
     deadline = t0 + duration_s + drain_s   # nothing is sent, or waited for, past this
@@ -171,7 +211,8 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
                     await asyncio.sleep(delay)
                 actual = time.perf_counter()
                 if actual >= deadline:
-                    rows[i] = _row(i, cid, intended - t0, None, None, None, "not sent before the drain ended")
+                    rows[i] = _row(i, cid, intended - t0, None, None, None, "not sent before the drain ended",
+                                   deadline - t0)
                     continue
                 status, error = None, None
                 try:
@@ -182,7 +223,7 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
                     error = error_text(e, 200)
                     conn.close()
                 end = time.perf_counter()
-                rows[i] = _row(i, cid, intended - t0, actual - t0, end - t0, status, error)
+                rows[i] = _row(i, cid, intended - t0, actual - t0, end - t0, status, error, deadline - t0)
         finally:
             conn.close()
 
@@ -192,11 +233,12 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
     return result
 
 
-def _row(seq, cid, intended, actual, end, status, error) -> dict[str, Any]:
+def _row(seq, cid, intended, actual, end, status, error, window_end) -> dict[str, Any]:
     sent = actual is not None
     return {"seq": seq, "connection": cid, "intended_s": intended,
             "actual_s": actual if sent else float("nan"), "end_s": end if sent else float("nan"),
-            "corrected_s": end - intended if sent else float("nan"),
+            # unsent: censored at the window's end (it waited at least that long), never dropped
+            "corrected_s": (end if sent else window_end) - intended, "window_end_s": window_end,
             "naive_s": end - actual if sent else float("nan"),
             "status": status if status is not None else -1, "ok": bool(status is not None and 200 <= status < 300),
             "sent": sent, "error": error or ""}

@@ -47,14 +47,33 @@ def split_cpus(cpus: Iterable[int] | None = None) -> tuple[list[int], list[int]]
 
 def server_pids(stack: ServerStack) -> list[int]:
     """Root pids of every server process of this machine the stack knows (servers, FerretDB's
-    PostgreSQL, the network proxy when there is one)."""
+    PostgreSQL, the network proxy when there is one); a server given by a loopback URI (not started
+    by the harness) is found by the process listening on its port."""
     pids: list[int] = []
     for role in ("postgres", "mongodb", "toxiproxy"):
         server = getattr(stack, role, None)
-        if server is not None:
-            pids.extend(server.pids or [])
+        if server is None:
+            continue
+        pids.extend(server.pids or listening_pids(server.uri))
+        if getattr(server, "backend_uri", None):
+            pids.extend(listening_pids(server.backend_uri))
     pids.extend(int(pid) for _, pid in stack.owned)
     return [p for p in dict.fromkeys(pids) if psutil.pid_exists(p)]
+
+
+def listening_pids(uri: str) -> list[int]:
+    """The pid listening on a loopback URI's port ([] for another host or a port nobody here owns)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(uri.split(",")[0])
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return []
+    if host not in ("127.0.0.1", "localhost", "::1") or port is None:
+        return []
+    return sorted({c.pid for c in psutil.net_connections(kind="tcp")
+                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid})
 
 
 def _tids(pid: int) -> list[int]:
@@ -169,17 +188,24 @@ def set_client(cpus: Iterable[int], pid: int = 0) -> list[int]:
 
 @contextmanager
 def applied(stack: ServerStack, placement: str) -> Iterator[dict[str, Any]]:
-    """`apply` for a block, pinning this process (and so the workers it starts) to the client cores;
-    restores the servers' and this process's affinity on exit."""
+    """For a whole run: `shared` changes nothing and records the affinities as they are; `split`
+    pins the servers and this process (so the workers and clients it starts inherit the client
+    cores), and restores both on exit."""
+    check(placement)
     before_self = allowed_cpus()
+    if placement == "shared":
+        yield {"placement": "shared", "cpus": before_self, "server_cpus": before_self,
+               "client_cpus": before_self, "server_affinity": servers_affinity(stack),
+               "server_root_pids": server_pids(stack), "study_process_affinity": before_self,
+               "note": "client and servers share every core (affinities left as they were)"}
+        return
     record = apply(stack, placement, before_self)
     record["study_process_affinity"] = set_client(record["client_cpus"])
     try:
         yield record
     finally:
         os.sched_setaffinity(0, set(before_self))
-        if placement == "split":
-            try:
-                pin(server_pids(stack), before_self)
-            except HarnessError:
-                pass  # a server that stopped meanwhile has nothing to restore
+        try:
+            pin(server_pids(stack), before_self)
+        except HarnessError:
+            pass  # a server that stopped meanwhile has nothing to restore

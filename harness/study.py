@@ -12,6 +12,7 @@ one's window. Manifest keys written here: `schedule` (the order repeats ran in),
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import sys
 import time
@@ -87,7 +88,7 @@ def schedule(planned: list[Planned]) -> list[tuple[Planned, int]]:
 
 
 def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
-               known_variants: list[str] | None = None) -> dict[str, Any]:
+               known_variants: list[str] | None = None, python: str | None = None) -> dict[str, Any]:
     """One repeat in a fresh worker process, bounded by the experiment's `timeout_s`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = RepeatSpec(experiment=p.experiment.name, params=p.params.to_dict(), servers=stack.to_json(),
@@ -95,7 +96,9 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
     result_path = out_dir / "result.json"
     child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
                                 result_path=result_path, log_path=out_dir / "worker.log",
-                                timeout_s=p.params.timeout_s)
+                                timeout_s=p.params.timeout_s,
+                                # --python: the worker (and the clients it starts) on that venv's python
+                                **({"python": python} if python else {}))
     result = dict(child.result or {})
     if child.timed_out:
         reason = f"timed out after {p.params.timeout_s:g} s (parameter timeout_s)"
@@ -181,11 +184,24 @@ def _calibrate(stack: ServerStack, profile: str) -> dict[str, Any]:
 
 def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         overrides: dict[str, Any] | None = None, data_dir: Path | None = None,
-        on_event: Emit | None = None) -> Path:
+        on_event: Emit | None = None, python: str | None = None, placement: str = "shared") -> Path:
     """Run the named experiments; returns the run's directory. Raises HarnessError on bad input,
-    on an unusable data directory (before any server starts) and when the run cannot be written."""
+    on an unusable data directory (before any server starts) and when the run cannot be written.
+
+    `python`: the interpreter (version or path) the workers and client processes run on, in its own
+    venv (`harness.interpreters`); `placement`: shared | split (`harness.placement`)."""
+    from . import interpreters
+    from . import placement as placement_mod
+
     planned = plan(names, profile, overrides, repeat)
+    placement_mod.check(placement)
     store.check_writable(data_dir)
+    # venvs are built here, before any server starts and outside every measurement
+    venv = interpreters.prepare([python])[0] if python else None
+    if venv is not None and venv.mode != "study" and "python" not in inspect.signature(processes.run_child).parameters:
+        raise HarnessError("--python needs processes.run_child(python=...) (not integrated yet)")
+    prepared = {p.experiment.name: p.experiment.prepare(p.params) for p in planned
+                if hasattr(p.experiment, "prepare")}
     emit = on_event or (lambda kind, info: None)
     needs = tuple(sorted({r for p in planned for r in p.experiment.needs}))
     if any(getattr(p.params, "via_proxy", False) for p in planned):
@@ -201,6 +217,8 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         "schedule": [[p.experiment.name, k] for p, k in order],
         "timing": {p.experiment.name: {"wall_s": 0.0, "measured_s": 0.0} for p in planned},
         "environment": environment.collect(),
+        "interpreter": (venv.record() if venv else interpreters.ensure_venv(interpreters.resolve(None)).record()),
+        "prepared": prepared,
     })
     emit("run_started", {"run_id": writer.run_id, "path": str(writer.path), "repeats": len(order)})
     stack = None
@@ -214,7 +232,10 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
             emit("servers", writer.manifest["servers"])
             emit("calibration", {"when": "before"})
             writer.manifest["calibration"] = {"before": _calibrate(stack, profile)}
-            _study(planned, order, stack, writer, emit)
+            with placement_mod.applied(stack, placement) as where:
+                writer.manifest["placement"] = where
+                _study(planned, order, stack, writer, emit,
+                       python=venv.python if venv and venv.mode != "study" else None)
             emit("calibration", {"when": "after"})
             writer.manifest["calibration"]["after"] = _calibrate(stack, profile)
             _keep_server_logs(stack, writer.path / "servers")
@@ -240,7 +261,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
 
 
 def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: ServerStack,
-           writer: RunWriter, emit: Emit) -> None:
+           writer: RunWriter, emit: Emit, python: str | None = None) -> None:
     m = writer.manifest
     m["server_resets"] = []
     runnable = {p.experiment.name for p in planned}
@@ -283,7 +304,7 @@ def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: Serv
                 if record is not None:
                     entry["network"] = record
                 result = run_repeat(p, route_stack, writer.repeat_dir(name, k), k,
-                                    known_variants=_known_variants(entry))
+                                    known_variants=_known_variants(entry), python=python)
         seconds = time.perf_counter() - t0
         entry["repeats"].append(_repeat_summary(k, result, seconds))
         m["timing"][name]["wall_s"] += seconds

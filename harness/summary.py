@@ -197,3 +197,15 @@ def compare_text(run_a: Run, run_b: Run) -> str:
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
     lines.append(df.to_string(index=False))
     return "\n".join(lines)
+
+
+def stability_warnings(run: Run) -> list[str]:
+    """One line per figure whose CV over repeats is >= 10% with n >= 5 (pyperf's rule), from the
+    run's summary.json (none if the run has none)."""
+    f = run.path / "summary.json"
+    if not f.exists():
+        return []
+    rows = json.loads(f.read_text()).get("metrics", [])
+    return [f"WARNING unstable: {metric_name(r['experiment'], r['variant'], r['metric'])} = {r['median']:.4g} "
+            f"{r['unit']}, CV {100 * r['cv']:.1f}% over {r['n_repeats']} repeats"
+            for r in rows if r.get("unstable")]

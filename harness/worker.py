@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import registry
+from . import interpreters, registry
 from .experiments.base import Context, Experiment, Params
 from .measure import error_text
 from .processes import child_main
@@ -50,7 +50,7 @@ def run_spec(spec: RepeatSpec) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     exp = registry.get(spec.experiment)
     result: dict[str, Any] = {"experiment": exp.name, "repeat": spec.repeat, "status": "running",
-                              "started_at": time.time()}
+                              "started_at": time.time(), "interpreter": interpreters.runtime_record()}
     ctx = Context(exp, params_from_dict(exp, spec.params), ServerStack.from_json(spec.servers), out_dir,
                   spec.repeat)
     crash = None
@@ -82,7 +82,7 @@ def cells(ctx: Context, crash: str | None = None) -> list[dict[str, Any]]:
     """One status per variant of this repeat (contract C2).
 
     Variants: every `variant` in any recorded table, plus those `ctx.skip()` named. A cell is
-    `skipped` when skipped; `failed` when the repeat crashed, a `failures` table names it, any
+    `skipped` when skipped; `failed` when a `failures` table names it, the repeat crashed, any
     sample is `infrastructure`, or failed samples exceed the experiment's `failure_tolerance`
     (0: any failed sample); otherwise `ok`. A repeat that recorded nothing has one cell, `*`."""
     variants: dict[str, None] = {}
@@ -104,10 +104,10 @@ def cells(ctx: Context, crash: str | None = None) -> list[dict[str, Any]]:
         infra = "infrastructure" in mine.columns and bool(mine["infrastructure"].fillna(False).astype(bool).any())
         if v in ctx.skipped:
             cell.update(status="skipped", reason=ctx.skipped[v])
+        elif len(listed):  # the variant's own error says more than the repeat's
+            cell.update(status="failed", reason=str(listed["error"].iloc[0]) if "error" in listed else "failed")
         elif crash:
             cell.update(status="failed", reason=f"repeat failed: {crash}")
-        elif len(listed):
-            cell.update(status="failed", reason=str(listed["error"].iloc[0]) if "error" in listed else "failed")
         elif failed_ops and (infra or tolerance == 0 or failed_ops > tolerance * ops):
             first = mine.loc[~ok_col, "error"].dropna() if "error" in mine.columns else pd.Series([], dtype=str)
             why = f", first: {str(first.iloc[0])[:300]}" if len(first) else ""

@@ -71,34 +71,66 @@ def listings(stack):
     return stack.mongodb_uri
 
 
-@pytest.mark.parametrize("variant,tokens", [("sync", 1), ("async", 40), ("mixed", 40)])
-def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tokens):
+@pytest.mark.parametrize("variant,tokens,query", [("sync", 1, "seed"), ("async", 40, "seed"), ("mixed", 40, "seed"),
+                                                  ("sync", 1, "fast"), ("async", 40, "fast")])
+def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tokens, query):
     port = processes.free_port()
     env = dict(os.environ, LISTINGS_API_MONGODB_URI=listings, LISTINGS_API_VARIANT=variant,
-               LISTINGS_API_THREAD_TOKENS=str(tokens))
+               LISTINGS_API_THREAD_TOKENS=str(tokens), LISTINGS_API_QUERY=query)
     proc = processes.start(f"uvicorn-{variant}", [sys.executable, "-m", "uvicorn", fastapi_locust.APP,
                                                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                            tmp_path / "uvicorn.log", env=env, cwd=REPO_ROOT)
+    min_rating, limit, market, band = 90, 7, "Porto", 1
+    if query == "fast":  # the precomputed key stands for: rating >= 95, this market, price in [100, 200)
+        min_rating, url = 95, f"/listings/top?market={market}&band={band}&limit={limit}"
+        flt = {"review_scores.review_scores_rating": {"$gte": 95}, "address.market": market,
+               "price": {"$gte": 100, "$lt": 200}}
+    else:
+        url = f"/listings/top?min_rating={min_rating}&limit={limit}"
+        flt = {"review_scores.review_scores_rating": {"$gte": min_rating}}
     try:
         assert processes.wait_for_port(port, 30, proc), proc.log_tail()
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30).read())
-        assert (health["status"], health["variant"], health["thread_tokens"]) == ("ok", variant, tokens)
-        min_rating, limit = 90, 7
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/listings/top?min_rating={min_rating}&limit={limit}",
-                                    timeout=60) as r:
+        assert (health["status"], health["variant"], health["thread_tokens"], health["query"]) == \
+            ("ok", variant, tokens, query)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{url}", timeout=60) as r:
             assert r.status == 200
             got = json.loads(r.read())
     finally:
         proc.stop()
     with pymongo.MongoClient(listings, tz_aware=True) as client:
         coll = client[datasets.STUDY_DB][listings_api.COLLECTION]
-        direct = list(coll.find({"review_scores.review_scores_rating": {"$gte": min_rating}},
-                                listings_api.PROJECTION).sort([("price", 1), ("_id", 1)]).limit(limit))
-    assert len(got) == limit
+        direct = list(coll.find(flt, listings_api.PROJECTION).sort([("price", 1), ("_id", 1)]).limit(limit))
+    assert 0 < len(got) <= limit and len(got) == len(direct)
     assert [d["_id"] for d in got] == [d["_id"] for d in direct]
     assert got == _expected(direct)
     assert all(d["review_scores"]["review_scores_rating"] >= min_rating for d in got)
     assert all(set(d["address"]) <= {"market", "country", "location"} for d in got)  # projected
+
+
+def _row(**kw):
+    base = {"generator_saturated": False, "locust_workers": 0, "locust_cpu_pct": 20.0, "offered_load_ratio": 0.5,
+            "cores": 2, "machine_cpu_pct": 100.0, "db_cpu_pct": 50.0, "app_cpu_pct": 40.0,
+            "busy_tokens_frac": 0.2, "loop_lag_p50_ms": 1.0}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize("row,expected", [
+    (_row(generator_saturated=True), "load_generator"),
+    (_row(locust_cpu_pct=95.0), "load_generator"),
+    (_row(locust_cpu_pct=95.0, locust_workers=2), "unexplained"),
+    (_row(offered_load_ratio=0.95), "offered_load"),
+    (_row(machine_cpu_pct=190.0, db_cpu_pct=120.0), "database_cpu"),
+    (_row(machine_cpu_pct=190.0, db_cpu_pct=60.0, app_cpu_pct=20.0), "machine_cpu"),   # "other" is largest
+    (_row(machine_cpu_pct=190.0, db_cpu_pct=30.0, app_cpu_pct=95.0), "machine_cpu"),
+    (_row(machine_cpu_pct=170.0, busy_tokens_frac=0.95), "thread_limiter"),
+    (_row(busy_tokens_frac=0.85), "unexplained"),
+    (_row(loop_lag_p50_ms=500.0), "event_loop"),
+    (_row(app_cpu_pct=92.0), "app_cpu"),
+    (_row(app_cpu_pct=88.0), "unexplained"),
+])
+def test_bottleneck_rules_flip_at_their_thresholds(row, expected):
+    assert analysis.bottleneck(row) == expected
 
 
 def test_smoke_run_is_well_formed(run_experiment, tmp_path):
@@ -108,17 +140,22 @@ def test_smoke_run_is_well_formed(run_experiment, tmp_path):
     assert set(runs["variant"]) == set(SMOKE.variants)
     assert (runs["status"] == "ok").all(), runs[["variant", "error"]]
     assert runs["generator_saturated"].dtype == bool
-    assert (runs[["server_cpu_s", "locust_cpu_s"]] >= 0).all().all()
+    assert (runs[["server_cpu_s", "locust_cpu_s", "hold_database_cpu_s", "hold_machine_cpu_s"]] >= 0).all().all()
+    assert (runs["hold_ok"] > 0).all()
 
     samples = tables["samples"]
     assert set(samples["variant"]) == set(SMOKE.variants)
-    assert (samples["latency_s"] > 0).all() and samples["ok"].all()
+    assert (samples["latency_s"] > 0).all() and samples["ok"].all() and not samples["infrastructure"].any()
     for t in ("locust_stats", "locust_history"):
         df = tables[t]
         assert set(df["variant"]) == set(SMOKE.variants)
         assert (df["name"] == "Aggregated").any()
     assert {"requests_s", "p50", "p95", "user_count"} <= set(tables["locust_history"].columns)
-    assert {"server", "locust"} <= set(tables["cpu"]["role"])
+    assert {"server", "locust", "database", "machine"} <= set(tables["cpu"]["role"])
+    app = tables["app_stats"]
+    assert set(app["variant"]) == set(SMOKE.variants)
+    one = app[app["variant"] == "sync_1thread"]
+    assert (one["total_tokens"] == 1).all() and one["borrowed_tokens"].between(0, 1).all()
 
     ol = tables["openloop"]
     assert set(ol["variant"]) == set(SMOKE.openloop_variants)
@@ -136,13 +173,30 @@ def test_smoke_run_is_well_formed(run_experiment, tmp_path):
                                                          "run_id": "test", "servers": {}})
     run = store.Run(tmp_path)
     summary = analysis.summary_table(run)
-    assert list(summary["variant"]) == list(SMOKE.variants)
-    assert (summary["requests"] > 0).all()
+    assert sorted(summary["variant"]) == sorted(SMOKE.variants)
+    assert summary["bottleneck"].isin(analysis.BOTTLENECKS).all()
     m = analysis.metrics(run)
+    assert list(m.columns) == ["experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck"]
     for v in SMOKE.variants:
-        for q in ("median_ms", "p95_ms", "p99_ms", "mean_rps", "server_cpu_pct", "locust_cpu_pct",
-                  "generator_saturated", "openloop.r0.corrected_p99_ms", "openloop.r0.naive_p99_ms"):
-            assert f"fastapi_locust.{v}.{q}" in m, q
-    assert "fastapi_locust.sync_1thread_over_async.median_ms_ratio" in m
+        got = set(m.loc[m["variant"] == v, "metric"])
+        assert {"max_rps", "median_ms", "p95_ms", "failure_rate", "db_cpu_pct"} <= got, (v, got)
+    assert (m["bottleneck"] != "").all()
+    assert set(analysis.seed_table(run).columns) == set(SMOKE.variants)
     assert not analysis.openloop_table(run).empty
-    assert not analysis.history(run).empty
+    assert not analysis.staircase(run).empty
+
+
+def test_locust_master_and_two_workers_on_loopback(run_experiment):
+    """The path a user takes when one Locust process is not enough: a master and two workers,
+    bound to loopback, drive the app and the master's CSVs aggregate both workers."""
+    result, tables = run_experiment("fastapi_locust", "smoke", variants="async", openloop_variants="",
+                                    locust_workers=2, users=4)
+    assert result["status"] == "ok", result.get("error")
+    runs = tables["runs"]
+    assert list(runs["locust_workers"]) == [2] and (runs["status"] == "ok").all(), runs["error"].tolist()
+    samples = tables["samples"]
+    assert samples["pid"].nunique() == 2          # each worker process wrote its own requests
+    stats_ = tables["locust_stats"]
+    agg = stats_[stats_["name"] == "Aggregated"]
+    assert int(agg["request_count"].iloc[0]) == len(samples)
+    assert tables["locust_history"]["user_count"].max() == 4

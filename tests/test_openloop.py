@@ -145,3 +145,84 @@ def test_connections_closed_by_the_server_while_idle_are_reopened():
     frame = result.frame()
     assert len(frame) == 20
     assert frame["ok"].all(), frame.loc[~frame["ok"], "error"].tolist()
+
+
+def _frame(lags_s, rate, sent=None):
+    import pandas as pd
+
+    n = len(lags_s)
+    intended = np.arange(n) / rate
+    sent = np.ones(n, bool) if sent is None else np.asarray(sent)
+    actual = np.where(sent, intended + np.asarray(lags_s), np.nan)
+    end = actual + 0.001
+    window_end = n / rate + 1.0
+    return pd.DataFrame({"intended_s": intended, "actual_s": actual, "end_s": end, "sent": sent,
+                         "corrected_s": np.where(sent, end, window_end) - intended,
+                         "naive_s": end - actual, "ok": sent, "window_end_s": window_end})
+
+
+@pytest.mark.parametrize("lag_fraction,invalid", [(0.4, False), (0.6, True)])
+def test_a_rate_is_invalid_when_the_send_lag_p99_passes_half_the_gap(lag_fraction, invalid):
+    rate = 100.0
+    lags = np.full(200, lag_fraction / rate)  # every request late by this fraction of the gap
+    a = openloop.assess(_frame(lags, rate), rate, 2.0)
+    assert a["invalid"] is invalid, a
+    assert a["lag_p99_ms"] == pytest.approx(lag_fraction / rate * 1000)
+
+
+def test_one_unsent_request_makes_a_rate_invalid_and_counts_until_the_window_ends():
+    rate = 10.0
+    sent = np.ones(20, bool)
+    sent[-1] = False
+    f = _frame(np.zeros(20), rate, sent)
+    a = openloop.assess(f, rate, 3.0)
+    assert a["invalid"] and a["unsent"] == 1 and "never sent" in a["invalid_reason"]
+    # the unsent request's latency runs from its intended time to the window's end: it is the maximum
+    assert a["corrected_max_ms"] == pytest.approx((f["window_end_s"].iloc[-1] - f["intended_s"].iloc[-1]) * 1000,
+                                                  rel=1e-3)
+
+
+SLOW_SERVER = r"""
+import asyncio, sys
+
+async def handle(reader, writer):
+    try:
+        while True:
+            await reader.readuntil(b"\r\n\r\n")
+            await asyncio.sleep(float(sys.argv[2]))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]))
+    async with server:
+        await server.serve_forever()
+
+asyncio.run(main())
+"""
+
+
+def test_a_generator_that_cannot_keep_up_records_unsent_requests_as_censored(tmp_path):
+    # One connection, a server that takes 0.4 s per request, 20 requests due in 1 s: most are never
+    # sent before the drain ends; none is dropped, and the rate is flagged invalid.
+    port = processes.free_port()
+    proc = processes.start("slow-server", [sys.executable, "-c", SLOW_SERVER, str(port), "0.4"],
+                           tmp_path / "slow.log")
+    try:
+        assert processes.wait_for_port(port, 10, proc), proc.log_tail()
+        result = openloop.run(f"http://127.0.0.1:{port}/", 20.0, 1.0, connections=1, timeout_s=5, drain_s=0.5)
+    finally:
+        proc.stop()
+    df = result.frame()
+    assert len(df) == 20
+    unsent = df[~df["sent"]]
+    assert len(unsent) > 5
+    assert np.allclose(unsent["corrected_s"], unsent["window_end_s"] - unsent["intended_s"])
+    s = result.summary()
+    assert s["invalid"] and s["unsent"] == len(unsent)
+    assert s["corrected"]["count"] == 20          # every scheduled request is in the histogram
+    assert s["corrected"]["max_ms"] >= 1000 * (1.5 - 1.0)

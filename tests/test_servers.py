@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import psutil
 import pymongo
 import psycopg
@@ -106,12 +107,20 @@ def test_servers_up_status_down_cli(tmp_path):
         assert info["postgres_dsn"].startswith("postgresql://")
         with pymongo.MongoClient(info["mongodb_uri"], serverSelectionTimeoutMS=5000) as c:
             assert c.admin.command("ping")["ok"] == 1
-        pids = [pid for _, pid in json.loads((tmp_path / "state" / "servers.json").read_text())["owned"]]
+        # Toxiproxy is the third server: its API address and the module version built.
+        proxy = info["toxiproxy"]
+        assert proxy["api"].startswith("http://127.0.0.1:") and proxy["version"].startswith("v2.")
+        assert httpx.get(f"{proxy['api']}/version", timeout=5).status_code == 200
+        owned = json.loads((tmp_path / "state" / "servers.json").read_text())["owned"]
+        pids = [pid for _, pid in owned]
+        assert {name for name, _ in owned} >= {"postgres", "toxiproxy"}
         assert pids and all(psutil.pid_exists(p) for p in pids)
     finally:
         down = harness("servers", "down")
     assert down.returncode == 0, down.stderr
     assert not any(psutil.pid_exists(p) for p in pids)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{proxy['api']}/version", timeout=5)
     assert harness("servers", "status", "--json").returncode == 1
 
 
@@ -121,3 +130,20 @@ def test_missing_binaries_are_named(monkeypatch, tmp_path):
     monkeypatch.setattr(servers.glob, "glob", lambda pattern: [])
     with pytest.raises(HarnessError, match="apt-get install postgresql"):
         servers.postgres_bindir()
+
+
+def test_the_environment_is_locked_and_its_lock_recorded():
+    import hashlib
+    import re
+    import tomllib
+
+    lock = (REPO_ROOT / "requirements.lock").read_text()
+    pinned = {re.split(r"[=;\s]", line, maxsplit=1)[0].lower().replace("_", "-")
+              for line in lock.splitlines() if "==" in line and not line.startswith((" ", "#"))}
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["dev"]
+    names = {re.match(r"[A-Za-z0-9_.\-]+", d).group(0).lower().replace("_", "-") for d in wanted}
+    assert names - pinned == set(), "pyproject.toml requirements missing from requirements.lock: run `make lock`"
+    assert "make lock" in lock.splitlines()[1]          # the one command, in the header
+    assert "-r requirements.lock" in (REPO_ROOT / "environment.yml").read_text()
+    assert environment.collect()["lock_sha256"] == hashlib.sha256(lock.encode()).hexdigest()

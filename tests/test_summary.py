@@ -81,3 +81,17 @@ def test_compare_names_a_run_that_does_not_exist(tmp_path):
     result = CliRunner().invoke(cli.cli, ["compare", str(tmp_path / "nope"), "latest",
                                           "--data-dir", str(tmp_path)])
     assert result.exit_code != 0 and "nope" in str(result.exception or result.output)
+
+
+def test_unstable_figures_are_warned_about(tmp_path):
+    run = _run_dir(tmp_path, "r", {})
+    frame = pd.DataFrame([{"experiment": "mongo_pool", "variant": "bare", "metric": "throughput_qps",
+                           "unit": "queries/s", "repeat": k, "value": v, "better": "higher", "bottleneck": ""}
+                          for k, v in enumerate([100.0, 150.0, 60.0, 120.0, 80.0])]
+                         + [{"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
+                             "repeat": k, "value": v, "better": "lower", "bottleneck": ""}
+                            for k, v in enumerate([1.0, 1.01, 0.99, 1.0, 1.0])])
+    rows = summary.metric_rows(run, frame)
+    (run.path / "summary.json").write_text(json.dumps({"metrics": rows}))
+    warnings = summary.stability_warnings(run)
+    assert len(warnings) == 1 and "mongo_pool.bare.throughput_qps" in warnings[0] and "5 repeats" in warnings[0]

@@ -1,43 +1,37 @@
 """Seed 000 (sync vs async FastAPI + PyMongo under Locust): raw tables of a run -> the seed's table,
-the "staircase" over time, open-loop corrected vs naive latency, and named metrics.
+each variant's measured bottleneck, the "staircase" over time, open-loop latency, and per-repeat
+metrics in the C1 long form.
 
 Inputs are the raw tables of `fastapi_locust` (see harness/experiments/fastapi_locust.py). Every
-percentile computed here comes from `harness.stats`: `stats.percentiles` on the raw per-request
-samples the locustfile records, `stats.hdr_histogram` / `stats.hdr_summary` on the open-loop
-requests. Columns prefixed `locust_` are Locust's own figures, copied from its CSVs (its
-percentiles are bucketed and its "current RPS" is a sliding window): shown beside ours, labelled.
+percentile comes from `harness.stats`. The figures of a variant come from its last successful
+Locust attempt (attempt 1 exists only when attempt 0 saturated the generator).
 
-The attempt used for a variant is its last successful Locust attempt (attempt 1 exists only when
-attempt 0 saturated the generator and was rerun with `--processes`); `summary_table(all_attempts=True)`
-shows every attempt.
+Definitions (fixed; stated in docs/LOAD_TESTING.md):
+- the hold: the seconds when all `users` were running (from Locust's history), up to `hold_s`;
+- `max_rps`: successful requests completed in the hold / its length (req/s); `locust_peak_rps` is
+  Locust's own highest "current RPS" (its ~10 s sliding window: the seed's "Max RPS") beside it;
+- `median_ms`, `p95_ms`, `p99_ms`: requests completed in the hold, failed ones entered at the
+  request time-out (`stats.censored_latency_summary`: censored, never dropped). In a closed loop
+  these follow from the throughput (R = N/X - Z): latency claims belong to the open loop;
+- `failure_rate`: failed / all requests of the Locust run (ratio); a cell above 1% is failed (C2);
+- CPU figures are % of one core over the hold: `app_cpu_pct` (uvicorn), `db_cpu_pct` (FerretDB and
+  its PostgreSQL postmaster with all its children: background processes count), `locust_cpu_pct`,
+  `machine_cpu_pct` (every process on the machine, all cores); `db_cpu_ms_per_request` = database
+  CPU in the hold / requests completed in it.
 
-Metric names (`metrics(run)`, floats; the mean over repeats when a run has several):
-  fastapi_locust.<v>.max_rps           highest Locust "current RPS" (Aggregated, its ~10 s sliding
-                                       window) in the stats history: the seed's "Max RPS" (req/s)
-  fastapi_locust.<v>.mean_rps          requests completed / Locust run time (req/s)
-  fastapi_locust.<v>.median_ms         median latency of all Locust requests, raw samples (ms)
-  fastapi_locust.<v>.p95_ms            95th percentile, same samples (ms)
-  fastapi_locust.<v>.p99_ms            99th percentile, same samples (ms)
-  fastapi_locust.<v>.locust_median_ms  Locust's own aggregate median (ms)
-  fastapi_locust.<v>.locust_p95_ms     Locust's own aggregate 95th percentile (ms)
-  fastapi_locust.<v>.requests          requests Locust completed (count)
-  fastapi_locust.<v>.failures          of which failed (count); failure_pct (%)
-  fastapi_locust.<v>.server_cpu_pct    uvicorn's CPU over the Locust run, % of one core
-  fastapi_locust.<v>.locust_cpu_pct    Locust's CPU (all its processes), % of one core
-  fastapi_locust.<v>.db_cpu_pct        the database processes' CPU (FerretDB + its PostgreSQL,
-                                       when the harness started them; else absent), % of one core
-  fastapi_locust.<v>.generator_saturated   1 if Locust warned of CPU > 90% on the attempt used
-  fastapi_locust.<v>.locust_processes  Locust processes of the attempt used (count)
-  fastapi_locust.<v>.openloop.r<k>.rate               k-th lowest open-loop rate (req/s)
-  fastapi_locust.<v>.openloop.r<k>.corrected_p50_ms   latency from intended send time (ms)
-  fastapi_locust.<v>.openloop.r<k>.corrected_p99_ms
-  fastapi_locust.<v>.openloop.r<k>.naive_p50_ms       latency from actual send time (ms)
-  fastapi_locust.<v>.openloop.r<k>.naive_p99_ms
-  fastapi_locust.<v>.openloop.r<k>.unsent             requests never sent before the drain (count)
-  fastapi_locust.async_over_sync_1thread.max_rps_ratio     async max_rps / sync_1thread max_rps
-  fastapi_locust.sync_1thread_over_async.median_ms_ratio   sync_1thread median / async median
-  fastapi_locust.sync_1thread_over_async.p95_ms_ratio      sync_1thread p95 / async p95
-where <v> is a variant: sync_1thread | sync_40threads | async | mixed.
+Bottleneck (`bottleneck()`; the first rule that holds):
+  load_generator   Locust warned of > 90% CPU, or used >= 90% of a core per process
+  offered_load     throughput >= 0.9 x users / (mean think time + R0): Locust set the pace. R0 is
+                   the median latency in the first tenth of the ramp (low load): with the latency
+                   under load the ratio is 1 in any closed loop (Little's law), so it could not fail
+  database_cpu     the machine is >= 90% busy and the database is its largest consumer (of app,
+                   database, Locust, proxy and everything else): `database_bound`, and the
+                   comparison is then about the database, not sync vs async
+  machine_cpu      the machine is >= 90% busy and something else is the largest consumer
+  thread_limiter   the AnyIO limiter's busy tokens averaged >= 90% of its tokens
+  event_loop       the event loop's lag (median) >= 100 ms: a blocking call holds the loop (mixed)
+  app_cpu          uvicorn used >= 90% of one core
+  unexplained      none of the above: e.g. waiting on the network with spare CPU everywhere
 """
 
 from __future__ import annotations
@@ -50,14 +44,20 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
+from . import MetricRows
 
 EXPERIMENT = "fastapi_locust"
+CROSSOVER = "fastapi_crossover"
 VARIANT_ORDER = ("sync_1thread", "sync_40threads", "async", "mixed")
+BUSY = 0.9                 # a resource at or above this fraction of its capacity is saturated
+LOOP_BLOCKED_S = 0.1
+BOTTLENECKS = ("load_generator", "offered_load", "database_cpu", "machine_cpu", "thread_limiter",
+               "event_loop", "app_cpu", "unexplained")
 
 
-def available(run: Run) -> bool:
-    """True if the run holds at least one successful repeat of the experiment."""
-    return not run.table(EXPERIMENT, "runs").empty
+def available(run: Run, experiment: str = EXPERIMENT) -> bool:
+    """True if the run holds at least one ok cell of the experiment."""
+    return bool(run.repeat_dirs(experiment)) and not run.table(experiment, "runs").empty
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -68,194 +68,245 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
                           kind="stable", ignore_index=True)
 
 
-def used_attempts(run: Run) -> pd.DataFrame:
-    """(repeat, variant, attempt) of the attempt each variant's figures come from."""
-    runs = run.table(EXPERIMENT, "runs")
-    if runs.empty:
-        return pd.DataFrame(columns=["repeat", "variant", "attempt"])
+def _used(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs["status"] == "ok"]
-    return ok.groupby(["repeat", "variant"], as_index=False)["attempt"].max()
+    idx = ok.groupby(["repeat", "variant"])["attempt"].idxmax()
+    return ok.loc[idx.values]
 
 
-def _cpu_pct(cpu_s: float, wall_s: float) -> float:
-    return cpu_s / wall_s * 100.0 if wall_s and not math.isnan(cpu_s) else float("nan")
+def _pct(cpu_s: Any, wall_s: Any) -> float:
+    try:
+        cpu_s, wall_s = float(cpu_s), float(wall_s)
+    except (TypeError, ValueError):
+        return float("nan")
+    return cpu_s / wall_s * 100.0 if wall_s > 0 and not math.isnan(cpu_s) else float("nan")
 
 
-def summary_table(run: Run, all_attempts: bool = False) -> pd.DataFrame:
-    """One row per variant (and repeat): the seed's table and what Locust and the server cost."""
-    runs = run.table(EXPERIMENT, "runs")
+def bottleneck(r: dict[str, Any] | pd.Series) -> str:
+    """The first saturated resource, by the rules in the module docstring."""
+    g = lambda k: float(r.get(k, float("nan")) if r.get(k) is not None else float("nan"))  # noqa: E731
+    procs = max(1, int(g("locust_workers") or 0)) if not math.isnan(g("locust_workers")) else 1
+    if bool(r.get("generator_saturated")) or g("locust_cpu_pct") >= BUSY * 100 * procs:
+        return "load_generator"
+    if g("offered_load_ratio") >= BUSY:
+        return "offered_load"
+    cores = g("cores")
+    if g("machine_cpu_pct") >= BUSY * 100 * cores:
+        users = {"database": g("db_cpu_pct"), "app": g("app_cpu_pct"), "locust": g("locust_cpu_pct"),
+                 "proxy": g("proxy_cpu_pct")}
+        known = sum(v for v in users.values() if not math.isnan(v))
+        users["other"] = g("machine_cpu_pct") - known   # anything else on the machine
+        largest = max(users, key=lambda k: -1 if math.isnan(users[k]) else users[k])
+        return "database_cpu" if largest == "database" else "machine_cpu"
+    if g("busy_tokens_frac") >= BUSY:
+        return "thread_limiter"
+    if g("loop_lag_p50_ms") >= LOOP_BLOCKED_S * 1000:
+        return "event_loop"
+    if g("app_cpu_pct") >= BUSY * 100:
+        return "app_cpu"
+    return "unexplained"
+
+
+def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) -> pd.DataFrame:
+    """One row per variant and repeat (the attempt used): throughput, latency, failures, resources,
+    bottleneck. `ok_only=False` also keeps failed cells (for hollow markers), with `cell_status`."""
+    if not run.repeat_dirs(experiment):
+        return pd.DataFrame()
+    runs = run.table(experiment, "runs", ok_only=ok_only)
     if runs.empty:
         return pd.DataFrame()
-    samples = run.table(EXPERIMENT, "samples")
-    history = run.table(EXPERIMENT, "locust_history")
-    lstats = run.table(EXPERIMENT, "locust_stats")
+    samples = run.table(experiment, "samples", ok_only=ok_only)
+    history = run.table(experiment, "locust_history", ok_only=ok_only)
+    cells = run.cells(experiment)
     rows = []
-    keep = runs if all_attempts else runs.merge(used_attempts(run), on=["repeat", "variant", "attempt"])
-    failed = runs[(runs["status"] != "ok") & ~runs["variant"].isin(keep["variant"])]
-    for _, r in keep.iterrows():
-        sel = lambda df: df[(df["repeat"] == r["repeat"]) & (df["variant"] == r["variant"])  # noqa: E731
-                            & (df["attempt"] == r["attempt"])] if not df.empty else df
-        s, h, ls = sel(samples), sel(history), sel(lstats)
-        lat = s["latency_s"].to_numpy() if len(s) else np.array([])
-        p50, p95, p99 = stats.percentiles(lat * 1000.0, [50, 95, 99])
-        agg_h = h[h["name"] == "Aggregated"] if len(h) else h
-        agg_s = ls[ls["name"] == "Aggregated"] if len(ls) else ls
-        rows.append({
-            "repeat": r["repeat"], "variant": r["variant"], "attempt": r["attempt"],
-            "locust_processes": r.get("locust_processes"), "users": r.get("users"),
-            "max_rps": float(agg_h["requests_s"].max()) if len(agg_h) else float("nan"),
-            "mean_rps": stats.throughput(len(s), float(r["run_time_s"])) if r.get("run_time_s") else float("nan"),
-            "median_ms": p50, "p95_ms": p95, "p99_ms": p99,
-            "locust_median_ms": float(agg_s["p50"].iloc[0]) if len(agg_s) else float("nan"),
-            "locust_p95_ms": float(agg_s["p95"].iloc[0]) if len(agg_s) else float("nan"),
-            "locust_p99_ms": float(agg_s["p99"].iloc[0]) if len(agg_s) else float("nan"),
+    for _, r in _used(runs).iterrows():
+        key = (r["repeat"], r["variant"], r["attempt"])
+        pick = lambda df: df[(df["repeat"] == key[0]) & (df["variant"] == key[1])  # noqa: E731
+                             & (df["attempt"] == key[2])] if not df.empty else df
+        s, h = pick(samples), pick(history)
+        timeout = float(r.get("request_timeout_s", 60.0))
+        hold = s
+        if len(s) and not math.isnan(float(r.get("hold_start_s", float("nan")))):
+            end = s["start_s"] + s["latency_s"]
+            hold = s[(end >= r["hold_start_s"]) & (end < r["hold_end_s"])]
+        lat = stats.censored_latency_summary(hold.loc[hold["ok"], "latency_s"].to_numpy(),
+                                             int((~hold["ok"]).sum()), timeout_s=timeout)
+        p95, p99 = stats.percentiles(
+            np.concatenate([hold.loc[hold["ok"], "latency_s"].to_numpy(),
+                            np.full(int((~hold["ok"]).sum()), timeout)]) * 1000.0, [95, 99])
+        wall = float(r.get("hold_wall_s", float("nan")))
+        x = float(r.get("hold_ok", 0)) / wall if wall > 0 else float("nan")
+        think = float(r.get("think_mean_s", float("nan")))
+        mean_lat = float(r.get("unloaded_latency_s", float("nan")))
+        agg = h[h["name"] == "Aggregated"] if len(h) else h
+        c = cells[(cells["repeat"] == key[0]) & (cells["variant"] == key[1])] if len(cells) else cells
+        tokens = float(r.get("hold_total_tokens", float("nan")))
+        row = {
+            "repeat": key[0], "variant": key[1], "attempt": key[2], "kind": r.get("kind", key[1]),
+            "rtt_ms": r.get("rtt_ms"), "path": r.get("path"), "ping_median_ms": r.get("ping_median_ms"),
+            "hold_token_s_per_request": (float(r.get("hold_busy_tokens_mean", float("nan"))) / x
+                                         if x and x > 0 else float("nan")),
+            "cell_status": c["status"].iloc[0] if len(c) else "ok",
+            "locust_workers": r.get("locust_workers", 0), "users": r.get("users"), "cores": r.get("cores"),
+            "max_rps": x,
+            "locust_peak_rps": float(agg["requests_s"].max()) if len(agg) else float("nan"),
+            "median_ms": lat["p50_ms"], "p95_ms": float(p95), "p99_ms": float(p99),
+            "censored": lat["censored"],
             "requests": int(len(s)), "failures": int((~s["ok"]).sum()) if len(s) else 0,
-            "failure_pct": float((~s["ok"]).mean() * 100.0) if len(s) else float("nan"),
-            "server_cpu_pct": _cpu_pct(r["server_cpu_s"], r["wall_s"]),
-            "locust_cpu_pct": _cpu_pct(r["locust_cpu_s"], r["wall_s"]),
-            "db_cpu_pct": _cpu_pct(r.get("db_cpu_s", float("nan")), r["wall_s"]),
-            "generator_saturated": bool(r["generator_saturated"]),
-            "status": r["status"], "error": r.get("error", ""),
-        })
-    for _, r in failed.iterrows():
-        rows.append({"repeat": r["repeat"], "variant": r["variant"], "attempt": r["attempt"],
-                     "status": r["status"], "error": r.get("error", "")})
+            "failure_rate": float((~s["ok"]).mean()) if len(s) else float("nan"),
+            "infrastructure_failures": int(s["infrastructure"].sum()) if "infrastructure" in s else 0,
+            "app_cpu_pct": _pct(r.get("hold_server_cpu_s"), wall),
+            "db_cpu_pct": _pct(r.get("hold_database_cpu_s"), wall),
+            "locust_cpu_pct": _pct(r.get("hold_locust_cpu_s"), wall),
+            "proxy_cpu_pct": _pct(r.get("hold_proxy_cpu_s"), wall),
+            "machine_cpu_pct": _pct(r.get("hold_machine_cpu_s"), wall),
+            "db_cpu_ms_per_request": (float(r.get("hold_database_cpu_s", float("nan"))) * 1000.0
+                                      / r["hold_ok"]) if r.get("hold_ok") else float("nan"),
+            "busy_tokens_frac": (float(r.get("hold_busy_tokens_mean", float("nan"))) / tokens
+                                 if r.get("app_variant") == "sync" and tokens > 0 else float("nan")),
+            "loop_lag_p50_ms": float(r.get("hold_loop_lag_p50_s", float("nan"))) * 1000.0,
+            "in_flight_mean": r.get("hold_in_flight_mean"),
+            "offered_load_ratio": x / (float(r["users"]) / (think + mean_lat))
+            if think + mean_lat > 0 else float("nan"),
+            "generator_saturated": bool(r.get("generator_saturated", False)),
+        }
+        row["bottleneck"] = bottleneck(row)
+        row["database_bound"] = row["bottleneck"] == "database_cpu"
+        rows.append(row)
     return _order(pd.DataFrame(rows))
 
 
 def seed_table(run: Run) -> pd.DataFrame:
-    """The seed's table layout: metrics as rows, variants as columns (repeat 0)."""
+    """The seed's table layout: metrics as rows, each variant once (median over ok repeats)."""
     t = summary_table(run)
     if t.empty:
         return t
-    t = t[t["repeat"] == t["repeat"].min()].set_index("variant")
-    labels = {"max_rps": "Max RPS (Locust, req/s)", "median_ms": "Median latency (ms)",
-              "p95_ms": "95th percentile (ms)", "p99_ms": "99th percentile (ms)",
-              "failure_pct": "Failures (%)", "server_cpu_pct": "Server CPU (% of a core)",
-              "db_cpu_pct": "Database CPU (% of a core)", "locust_cpu_pct": "Locust CPU (% of a core)",
-              "generator_saturated": "Locust saturated (>90% CPU)"}
-    cols = [c for c in labels if c in t]
-    return t[cols].T.rename(index=labels)
+    labels = {"max_rps": "Max RPS (hold mean, req/s)", "locust_peak_rps": "Locust peak RPS (10 s window)",
+              "median_ms": "Median latency (ms)", "p95_ms": "95th percentile (ms)",
+              "failure_rate": "Failure rate", "db_cpu_ms_per_request": "Database CPU per request (ms)",
+              "app_cpu_pct": "App CPU (% of a core)", "db_cpu_pct": "Database CPU (% of a core)",
+              "machine_cpu_pct": "Machine CPU (% of a core)", "bottleneck": "Bottleneck (measured)",
+              "repeat": "Repeats (ok)"}
+    num = [c for c in labels if c not in ("bottleneck", "repeat")]
+    g = t.groupby("variant", sort=False)
+    out = g[num].median()
+    out["bottleneck"] = g["bottleneck"].agg(lambda s: "/".join(sorted(set(s))))
+    out["repeat"] = g["repeat"].nunique()
+    out = out.reindex([v for v in VARIANT_ORDER if v in out.index])
+    return out[list(labels)].T.rename(index=labels)
 
 
-def staircase(run: Run, bin_s: float = 5.0) -> pd.DataFrame:
-    """Response time and throughput over time as users ramp, per variant (attempt used, repeat 0).
-
-    From Locust's history (one row a second): t_s, user_count, locust_rps, locust_p50_ms,
-    locust_p95_ms (Locust's sliding-window figures). From raw samples, in bins of `bin_s` by
-    request start: rps, p50_ms, p95_ms (harness.stats); joined on the bin.
-    """
-    hist = run.table(EXPERIMENT, "locust_history")
-    samples = run.table(EXPERIMENT, "samples")
-    used = used_attempts(run)
-    if hist.empty or used.empty:
+def staircase(run: Run, repeat: int | None = None) -> pd.DataFrame:
+    """Locust's Aggregated history (one row a second) of the attempt used, every cell (ok or not):
+    variant, t_s, user_count, locust_rps, locust_failures_s, locust_p50_ms, locust_p95_ms, cell_status."""
+    hist = run.table(EXPERIMENT, "locust_history", ok_only=False)
+    runs = run.table(EXPERIMENT, "runs", ok_only=False)
+    if hist.empty or runs.empty:
         return pd.DataFrame()
-    used = used[used["repeat"] == used["repeat"].min()]
-    out = []
-    for _, u in used.iterrows():
-        h = hist[(hist["repeat"] == u["repeat"]) & (hist["variant"] == u["variant"])
-                 & (hist["attempt"] == u["attempt"]) & (hist["name"] == "Aggregated")].copy()
-        if h.empty:
-            continue
-        t0 = h["timestamp"].min()
-        h["t_s"] = h["timestamp"] - t0
-        h["bin"] = (h["t_s"] // bin_s).astype(int)
-        s = samples[(samples["repeat"] == u["repeat"]) & (samples["variant"] == u["variant"])
-                    & (samples["attempt"] == u["attempt"])] if not samples.empty else samples
-        binned = []
-        if len(s):
-            # Locust's timestamps are whole epoch seconds; samples' start_s are since Locust started.
-            b = (s["start_s"] // bin_s).astype(int)
-            for k, g in s.groupby(b):
-                p50, p95 = stats.percentiles(g["latency_s"].to_numpy() * 1000.0, [50, 95])
-                binned.append({"bin": int(k), "rps": stats.throughput(len(g), bin_s), "p50_ms": p50,
-                               "p95_ms": p95})
-        bdf = pd.DataFrame(binned, columns=["bin", "rps", "p50_ms", "p95_ms"])
-        per_bin = h.groupby("bin", as_index=False).agg(
-            t_s=("t_s", "min"), user_count=("user_count", "max"), locust_rps=("requests_s", "mean"),
-            locust_p50_ms=("p50", "median"), locust_p95_ms=("p95", "median"))
-        m = per_bin.merge(bdf, on="bin", how="left")
-        m.insert(0, "variant", u["variant"])
-        out.append(m)
-    return _order(pd.concat(out, ignore_index=True)) if out else pd.DataFrame()
-
-
-def history(run: Run) -> pd.DataFrame:
-    """Locust's Aggregated history rows (attempt used, repeat 0) with t_s since Locust started."""
-    hist = run.table(EXPERIMENT, "locust_history")
-    used = used_attempts(run)
-    if hist.empty or used.empty:
-        return pd.DataFrame()
-    h = hist.merge(used, on=["repeat", "variant", "attempt"])
-    h = h[(h["name"] == "Aggregated") & (h["repeat"] == h["repeat"].min())].copy()
+    used = _used(runs)[["repeat", "variant", "attempt"]]
+    repeat = int(used["repeat"].min()) if repeat is None else repeat
+    h = hist.merge(used[used["repeat"] == repeat], on=["repeat", "variant", "attempt"])
+    h = h[h["name"] == "Aggregated"].copy()
     h["t_s"] = h["timestamp"] - h.groupby("variant")["timestamp"].transform("min")
-    return _order(h[["variant", "t_s", "user_count", "requests_s", "failures_s", "p50", "p95"]]
+    cells = run.cells(EXPERIMENT)
+    status = {v: s for v, s in zip(cells.loc[cells["repeat"] == repeat, "variant"],
+                                   cells.loc[cells["repeat"] == repeat, "status"])}
+    h["cell_status"] = h["variant"].map(lambda v: status.get(v, "ok"))
+    return _order(h[["variant", "t_s", "user_count", "requests_s", "failures_s", "p50", "p95", "cell_status"]]
                   .rename(columns={"requests_s": "locust_rps", "failures_s": "locust_failures_s",
                                    "p50": "locust_p50_ms", "p95": "locust_p95_ms"}))
 
 
 def openloop_table(run: Run) -> pd.DataFrame:
-    """Per variant and rate: corrected (from intended send time) vs naive (from actual) latency."""
+    """Per variant and rate: corrected latency (from intended send time, unsent requests censored at
+    the window's end) vs naive, send lag and validity (`harness.openloop.assess`)."""
+    from .. import openloop
+
     ol = run.table(EXPERIMENT, "openloop")
     if ol.empty:
         return pd.DataFrame()
     runs = run.table(EXPERIMENT, "openloop_runs")
     rows = []
     for (rep, variant, rate), g in ol.groupby(["repeat", "variant", "rate"], sort=True):
-        sent = g[g["sent"]]
-        c = stats.hdr_summary(stats.hdr_histogram(np.round(sent["corrected_s"].to_numpy() * 1e6)))
-        n = stats.hdr_summary(stats.hdr_histogram(np.round(sent["naive_s"].to_numpy() * 1e6)))
         info = runs[(runs["repeat"] == rep) & (runs["variant"] == variant) & (runs["rate"] == rate)]
         wall = float(info["wall_s"].iloc[0]) if len(info) else float("nan")
-        rows.append({
-            "repeat": rep, "variant": variant, "rate": rate,
-            "rate_fraction": float(g["rate_fraction"].iloc[0]), "scheduled": len(g), "sent": len(sent),
-            "ok": int(g["ok"].sum()), "unsent": int((~g["sent"]).sum()),
-            "achieved_rps": stats.throughput(int(g["ok"].sum()), wall) if wall > 0 else float("nan"),
-            **{f"corrected_{k}": c[k] for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
-            **{f"naive_{k}": n[k] for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
-            "server_cpu_pct": _cpu_pct(float(info["server_cpu_s"].iloc[0]), wall) if len(info) else float("nan"),
-        })
+        a = openloop.assess(g, rate, wall)
+        rows.append({"repeat": rep, "variant": variant, "rate": rate,
+                     "rate_fraction": float(g["rate_fraction"].iloc[0]), **a})
     return _order(pd.DataFrame(rows))
 
 
-def metrics(run: Run) -> dict[str, float]:
-    """Named quantities for the claims ledger (see the module docstring for names and units)."""
-    out: dict[str, list[float]] = {}
-
-    def put(name: str, value: Any) -> None:
-        if value is None:
-            return
-        v = float(value)
-        if not math.isnan(v):
-            out.setdefault(f"{EXPERIMENT}.{name}", []).append(v)
-
-    t = summary_table(run)
-    if not t.empty:
-        t = t[t["status"] == "ok"]
-        for _, r in t.iterrows():
-            v = r["variant"]
-            for q in ("max_rps", "mean_rps", "median_ms", "p95_ms", "p99_ms", "locust_median_ms",
-                      "locust_p95_ms", "requests", "failures", "failure_pct", "server_cpu_pct",
-                      "locust_cpu_pct", "db_cpu_pct", "locust_processes"):
-                put(f"{v}.{q}", r.get(q))
-            put(f"{v}.generator_saturated", int(bool(r["generator_saturated"])))
-        for rep, g in t.groupby("repeat"):
-            by = g.set_index("variant")
-            if {"async", "sync_1thread"} <= set(by.index):
-                a, s = by.loc["async"], by.loc["sync_1thread"]
-                if s["max_rps"]:
-                    put("async_over_sync_1thread.max_rps_ratio", a["max_rps"] / s["max_rps"])
-                if a["median_ms"]:
-                    put("sync_1thread_over_async.median_ms_ratio", s["median_ms"] / a["median_ms"])
-                if a["p95_ms"]:
-                    put("sync_1thread_over_async.p95_ms_ratio", s["p95_ms"] / a["p95_ms"])
-    ol = openloop_table(run)
+def metrics(run: Run) -> pd.DataFrame:
+    """Per-repeat figures of ok cells in the C1 long form (harness.analysis.MetricRows)."""
+    m = MetricRows()
+    _put_rows(m, EXPERIMENT, summary_table(run))
+    _put_rows(m, CROSSOVER, summary_table(run, experiment=CROSSOVER))
+    ol = openloop_table(run) if available(run) else pd.DataFrame()
     if not ol.empty:
         for (rep, v), g in ol.groupby(["repeat", "variant"]):
             for k, (_, r) in enumerate(g.sort_values("rate").iterrows()):
-                base = f"{v}.openloop.r{k}"
-                put(f"{base}.rate", r["rate"])
-                for q in ("corrected_p50_ms", "corrected_p99_ms", "naive_p50_ms", "naive_p99_ms", "unsent"):
-                    put(f"{base}.{q}", r[q])
-    return {k: float(np.mean(v)) for k, v in sorted(out.items())}
+                if r["invalid"]:
+                    continue  # a rate the generator fell behind on is kept raw, never a figure
+                for q in ("corrected_p50_ms", "corrected_p99_ms"):
+                    m.put(EXPERIMENT, v, f"openloop_r{k}_{q}", "ms", rep, r[q], "lower")
+    return m.frame()
+
+
+def _put_rows(m: MetricRows, experiment: str, t: pd.DataFrame) -> None:
+    units = {"max_rps": ("req/s", "higher"), "locust_peak_rps": ("req/s", "higher"),
+             "median_ms": ("ms", "lower"), "p95_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
+             "failure_rate": ("ratio", "lower"), "db_cpu_pct": ("% of a core", ""),
+             "db_cpu_ms_per_request": ("ms", "lower"), "app_cpu_pct": ("% of a core", ""),
+             "locust_cpu_pct": ("% of a core", ""), "machine_cpu_pct": ("% of a core", ""),
+             "proxy_cpu_pct": ("% of a core", ""),
+             "busy_tokens_frac": ("ratio", ""), "loop_lag_p50_ms": ("ms", "lower"),
+             "offered_load_ratio": ("ratio", "")}
+    for _, r in t.iterrows():
+        for q, (unit, better) in units.items():
+            m.put(experiment, r["variant"], q, unit, r["repeat"], r[q], better, r["bottleneck"])
+        m.put(experiment, r["variant"], "database_bound", "bool", r["repeat"], int(r["database_bound"]), "",
+              r["bottleneck"])
+
+
+def crossover(run: Run) -> dict[str, Any]:
+    """fastapi_crossover: per point (path, rtt) and variant, the median over ok repeats of max_rps,
+    p95_ms and the token-seconds a sync request held (Little's law on the limiter); the measured
+    round trip above which async beats sync_40threads; and the queueing model's prediction.
+
+    Model: a sync app with T threads serves at most T / (s + rtt) requests/s, where s is the
+    token-seconds per request measured at the smallest round trip minus that round trip; async is
+    not limited by threads, so it serves what sync_40threads can at rtt 0 or what Locust offers,
+    users / mean think time, whichever is lower. Predicted crossover: the rtt where
+    40 / (s + rtt) falls below that."""
+    t = summary_table(run, experiment=CROSSOVER)
+    if t.empty:
+        return {"table": t}
+    t["rtt_ms"] = t["rtt_ms"].astype(float)
+    points = (t.groupby(["path", "rtt_ms", "kind"], as_index=False)
+              .agg(max_rps=("max_rps", "median"), p95_ms=("p95_ms", "median"),
+                   ping_median_ms=("ping_median_ms", "median"), repeats=("repeat", "nunique"),
+                   token_s=("hold_token_s_per_request", "median"),
+                   bottleneck=("bottleneck", lambda s: "/".join(sorted(set(s))))))
+    proxy = points[points["path"] == "proxy"].pivot(index="rtt_ms", columns="kind", values="max_rps")
+    measured = None
+    if {"async", "sync_40threads"} <= set(proxy.columns):
+        wins = proxy.index[proxy["async"] > proxy["sync_40threads"]]
+        measured = float(wins.min()) if len(wins) else None
+    runs = run.table(CROSSOVER, "runs")
+    users = float(runs["users"].iloc[0]) if len(runs) else float("nan")
+    think = float(runs["think_mean_s"].iloc[0]) if len(runs) else float("nan")
+    s40 = points[(points["path"] == "proxy") & (points["kind"] == "sync_40threads")].sort_values("rtt_ms")
+    model: dict[str, Any] = {"threads": 40, "offered_rps": users / think if think else float("nan")}
+    if len(s40):
+        first = s40.iloc[0]
+        service_s = max(0.0, float(first["token_s"]) - float(first["ping_median_ms"]) / 1000.0)
+        cap = min(float(first["max_rps"]), model["offered_rps"])
+        model.update(service_ms=service_s * 1000.0, async_capacity_rps=cap,
+                     predicted_crossover_ms=max(0.0, (40.0 / cap - service_s) * 1000.0) if cap > 0 else None)
+        model["predicted_sync40_rps"] = {float(r): min(cap, 40.0 / (service_s + r / 1000.0))
+                                         for r in sorted(points["rtt_ms"].unique()) if service_s + r > 0}
+    return {"table": points, "measured_crossover_ms": measured,
+            "measured_statement": (f"async beats sync_40threads from {measured:g} ms of added round trip"
+                                   if measured is not None else
+                                   "async never beats sync_40threads in the range measured"),
+            "model": model}

@@ -349,10 +349,7 @@ def metrics(run: Run) -> pd.DataFrame:
                 put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
             top = g[g["clients"] == g["clients"].max()]
             put("pg_ceiling", regime, "tps", rep, top["rps"].max())
-    frame = rows.frame()
-    if not frame.empty:
-        frame.loc[frame["experiment"] == "pg_models", "bottleneck"] = frame["bottleneck"].fillna("")
-    return frame
+    return rows.frame()
 
 
 def named(run: Run) -> dict[str, float]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import logging
+import math
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -206,7 +207,11 @@ def _coerce(name: str, annotation: Any, raw: Any) -> Any:
         if annotation in (int, float, str):
             if annotation is int and isinstance(raw, str):
                 return int(raw.replace("_", ""))
-            return annotation(raw)
+            value = annotation(raw)
+            # float("nan") and float("inf") parse, but no duration, size or rate can be either
+            if annotation is float and not math.isfinite(value):
+                raise ValueError(raw)
+            return value
     except (TypeError, ValueError):
         raise HarnessError(f"parameter {name} must be {getattr(annotation, '__name__', annotation)}, "
                            f"got {raw!r}") from None

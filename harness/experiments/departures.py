@@ -34,7 +34,7 @@ Tables:
 - `placements`: cell, position, placement, server_cpus, client_cpus, client_affinity (the child's
   `sched_getaffinity`), client_affinity_proc (its /proc status `Cpus_allowed_list`),
   server_affinity (JSON pid -> cores, read back), servers_pinned.
-- `failures`: cell, error, returncode, log_tail.
+- `failures`: variant (one row per variant of a failed cell), cell, error, returncode, log_tail.
 Notes: `interpreters`, `free_threaded`, `latency`, `order`, `ferretdb_backend_index`.
 """
 
@@ -150,7 +150,7 @@ class Departures(Experiment):
                        "client_cpus": "str", "client_affinity": "str", "client_affinity_proc": "str",
                        "server_affinity": "str", "servers_pinned": "int"},
         "routes": {"cell": "str", "record": "str"},
-        "failures": {"cell": "str", "error": "str", "returncode": "any", "log_tail": "str"},
+        "failures": {"variant": "str", "cell": "str", "error": "str", "returncode": "any", "log_tail": "str"},
     }
     profiles = {
         "full": {},
@@ -203,7 +203,10 @@ class Departures(Experiment):
                             "(direct loopback) was measured"})
         cells = self._cells(p, venvs, ft, rtts, ctx.repeat)
         ctx.note("order", [c.id for c in cells])
-        cpus = placement.allowed_cpus()
+        # every core the client or the servers may use now (a study run with --placement split has
+        # already narrowed this process to the client's half)
+        cpus = sorted(set(placement.allowed_cpus()).union(*placement.servers_affinity(stack).values()))
+        ctx.note("cpus", cpus)
         index = ferretdb_backend_index(ctx, True) if "mongo" in p.families else nullcontext()
         with index:
             try:
@@ -235,7 +238,12 @@ class Departures(Experiment):
                   proxy: bool) -> None:
         p: DeparturesParams = ctx.params
         stack: ServerStack = ctx.servers
-        rec = placement.apply(stack, cell.placement, cpus)
+        try:
+            rec = placement.apply(stack, cell.placement, cpus)
+        except HarnessError as e:  # servers not on this machine, or one core: split cannot be measured
+            for m in cell.models:
+                ctx.skip(cell.variant(m), str(e))
+            return
         with _route(stack, cell, proxy) as route:
             spec = {"family": cell.family, "models": list(cell.models), "cell": cell.id,
                     "variants": {m: cell.variant(m) for m in cell.models},
@@ -249,8 +257,10 @@ class Departures(Experiment):
             if isinstance(route.record, dict) and route.record:
                 ctx.record("routes", [{"cell": cell.id, "record": json.dumps(route.record)}])
         if error is not None:
-            ctx.record("failures", [{"cell": cell.id, "error": error, "returncode": proc.poll(),
-                                     "log_tail": proc.log_tail(30)}])
+            # one row per variant of the cell: the worker marks each of them failed (contract C2)
+            ctx.record("failures", [{"variant": cell.variant(m), "cell": cell.id, "error": error,
+                                     "returncode": proc.poll(), "log_tail": proc.log_tail(30)}
+                                    for m in cell.models])
             ctx.log.warning("%s failed: %s", cell.id, error)
             return
         runtime = result["runtime"]
