@@ -145,7 +145,9 @@ class search_index:
         info: dict[str, Any] = {"requested": self.wanted, "created": False}
         m = self.ctx.servers.mongodb
         backend = m.backend_uri if m is not None else None
-        if self.wanted and m is not None and m.implementation == "ferretdb":
+        if self.wanted and (m is None or m.implementation != "ferretdb"):
+            info["skipped"] = f"the server is {m.implementation if m else 'unknown'}, not FerretDB"
+        elif self.wanted:
             if not backend:
                 info["skipped"] = "FerretDB's PostgreSQL backend is not known to the harness"
             else:

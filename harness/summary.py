@@ -44,9 +44,21 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def headline_metrics() -> set[tuple[str, str]]:
+    """(experiment, metric) of every figure an experiment declares as a headline (Experiment.headline)."""
+    from . import registry
+
+    try:
+        exps = registry.all_experiments()
+    except Exception:  # an experiment module that does not import: no headline flags, the rest stands
+        return set()
+    return {(name, m.name) for name, e in exps.items() for m in getattr(e, "headline", ())}
+
+
 def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """summary.json's `metrics` rows from a C1 frame of per-repeat figures."""
     interpreter = claims._interpreter(run)
+    headlines = headline_metrics()
     cal = run.manifest.get("calibration")
     rows = []
     if frame.empty:
@@ -65,6 +77,7 @@ def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
                      "cv": s["cv"], "n_repeats": s["n"], "unstable": s["unstable"],
                      "stability": s["stability"], "normalised": normalised, "normalised_by": by,
                      "interpreter": interpreter, "better": g["better"].iloc[0],
+                     "headline": (exp, metric) in headlines,
                      "bottleneck": " / ".join(bottlenecks) or None})
     return rows
 
@@ -129,18 +142,25 @@ def load(run: Run) -> dict[str, Any]:
 # -- harness compare -------------------------------------------------------------------------------
 
 def headline(summary: dict[str, Any]) -> pd.DataFrame:
-    """Throughputs (with a normalised figure when available) and the metrics of the claims."""
+    """The figures experiments declare as headlines (throughputs also normalised); every
+    throughput when the summary predates the headline flag."""
     m = pd.DataFrame(summary.get("metrics", []))
     if m.empty:
         return m
+    if "headline" in m.columns and m["headline"].fillna(False).astype(bool).any():
+        return m[m["headline"].fillna(False).astype(bool)]
     return m[m["unit"].isin(THROUGHPUT_UNITS)]
 
 
 def _fig(median, lo, hi, digits=4) -> str:
     if median is None or (isinstance(median, float) and math.isnan(median)):
         return "—"
-    f = lambda v: f"{v:.{digits}g}" if v is not None and not (isinstance(v, float) and math.isnan(v)) else "?"  # noqa: E731
-    return f"{f(median)} [{f(lo)}, {f(hi)}]"
+    def known(v) -> bool:
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+    if not (known(lo) and known(hi)):
+        return f"{median:.{digits}g} (no interval)"
+    return f"{median:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
 
 
 def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
@@ -190,8 +210,9 @@ def compare_text(run_a: Run, run_b: Run) -> str:
         for which in ("pgbench", "python_cpu"):
             before = (cal.get("before") or {}).get(which) or {}
             if before.get("median"):
-                parts.append(f"{which} {before['median']:.4g} {before.get('unit', '')} "
-                             f"(cv {100 * (before.get('cv') or 0):.1f}%)")
+                cv = before.get("cv")
+                spread = f"cv {100 * cv:.1f}%, n={before.get('n')}" if cv is not None else f"n={before.get('n')}"
+                parts.append(f"{which} {before['median']:.4g} {before.get('unit', '')} ({spread})")
         lines.append(f"{label} ceilings (before): " + ("; ".join(parts) or "none recorded"))
     lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")

@@ -4,9 +4,11 @@ one self-contained HTML file that headless Chromium renders with its figures."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +16,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from harness import report, store
+from harness import notebook, registry, report, store
 from harness.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +105,42 @@ def test_figures_and_their_manifest(built):
     on_disk = {p.name for p in built.figures.iterdir() if p.name != "manifest.json"}
     assert on_disk == listed, f"figures not in the manifest: {sorted(on_disk - listed)}"
     assert _snapshot(report.FIGURES_DIR) == built.committed_before, "the tests touched figures/"
+
+
+# Each family notebook shows, through `notebook.show`, the headline table of each of its experiments.
+SHOWN = {"01_mongo_cursor_pool.ipynb": ("mongo_cursor", "mongo_pool"),
+         "02_mongo_client_bulk_models.ipynb": ("mongo_client", "mongo_bulk", "mongo_models"),
+         "03_postgres_models.ipynb": ("pg_models", "pg_ceiling")}
+
+
+@pytest.mark.parametrize("nb, experiments", SHOWN.items())
+def test_notebook_tables_hold_the_runs_figures(built, nb, experiments):
+    """The headline table a notebook printed is the run's figures: every headline metric of every
+    variant, each the median (and n) of the per-repeat values the analysis module gives."""
+    tables = notebook.shown(built.run.path / "report" / "notebooks" / nb)
+    for e in experiments:
+        assert f"{e}.headline" in tables, f"{nb} showed no headline table of {e}: {sorted(tables)}"
+        shown = tables[f"{e}.headline"]
+        exp = registry.get(e)
+        frame = exp.analysis_module().metrics(built.run)
+        frame = frame[(frame["experiment"] == e) & frame["metric"].isin([m.name for m in exp.headline])]
+        assert len(shown) == frame.groupby(["variant", "metric"]).ngroups > 0
+        for _, row in shown.iterrows():
+            variant = "" if row["variant"] is None or row["variant"] != row["variant"] else str(row["variant"])
+            values = frame[(frame["variant"] == variant) & (frame["metric"] == row["metric"])]["value"]
+            assert row["n"] == len(values) > 0, (e, variant, row["metric"])
+            assert math.isclose(row["median"], statistics.median(values), rel_tol=1e-9), (e, variant, row["metric"])
+
+
+def test_pool_sweep_table_covers_every_pool_size(built):
+    tables = notebook.shown(built.run.path / "report" / "notebooks" / "02_mongo_client_bulk_models.ipynb")
+    sweep = tables["mongo_models.pool_sweep"]
+    pools = built.run.experiments["mongo_models"]["params"]["pool_sweep"]
+    tput = sweep[sweep["metric"] == "throughput_qps"]
+    assert sorted(tput["variant"]) == sorted(f"async_pool{p}" for p in pools)
+    assert (tput["median"] > 0).all()
+    ratio = sweep[sweep["metric"] == "smallest_over_best_qps"]["median"]
+    assert len(ratio) == 1 and 0 < ratio.iloc[0] <= 1
 
 
 def _chromium() -> str:

@@ -9,10 +9,14 @@ does not hold the experiment.
 repeat, ok cells only, with unit and which direction is better); `named(run)` gives the median over
 repeats by dotted name, for printing. Dotted names (`experiment.variant.metric`) and units:
 
-mongo_cursor (V in: default, batch_size_100, batch_size_1000, batch_size_10000, to_list)
+mongo_cursor (V in: default, batch_size_100, batch_size_1000, batch_size_10000, mongodb_batches, to_list;
+mongodb_batches = MongoDB-sized (16 MiB) batches, emulated on FerretDB, whatever batch size that came to)
 - `mongo_cursor.V.max_stall_ms`     longest probe lateness while reading all documents, ms
 - `mongo_cursor.V.p99_stall_ms`     99th percentile of probe lateness, ms
 - `mongo_cursor.V.total_s`          time to read every document, s
+- `mongo_cursor.V.max_batch_docs`   most documents the server sent in one find/getMore reply (count)
+- `mongo_cursor.mongodb_batches.avg_doc_bytes`, `.batch_size`  the measured document size and the
+  batch size that makes 16 MiB of it
 - `mongo_cursor.documents`          documents read per variant (count)
 - `mongo_cursor.probe.idle_max_ms`, `.idle_p99_ms`  the probe's lateness with nothing blocking, ms
 - `mongo_cursor.probe.cpu_us_per_wakeup`            the probe's own CPU per wake-up, us
@@ -52,6 +56,11 @@ with the loop/driver suffix as for mongo_pool)
 - `mongo_models.T.throughput_qps`, `mongo_models.A.throughput_qps`     queries/s
 - `mongo_models.T.cpu_us_per_query`, `mongo_models.A.cpu_us_per_query` client process CPU per query, us
 - `mongo_models.T.p50_ms`, `.p99_ms`, `.max_ms` (and for A)             latency, ms
+- `mongo_models.async_poolN.*` (same figures) the pool sweep: the seed's async setup, no semaphore,
+  maxPoolSize N; `.ferretdb_pg_conns_max` most PostgreSQL connections FerretDB held (count)
+- `mongo_models.pool_sweep.ferretdb_pg_pool`      FerretDB's own PostgreSQL pool size (count)
+- `mongo_models.pool_sweep.smallest_over_best_qps` throughput at the smallest pool / the sweep's
+  highest (ratio: 1 = the smallest pool was highest, the seed's claim); `.best_pool` its pool size
 """
 
 from __future__ import annotations

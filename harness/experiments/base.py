@@ -16,8 +16,16 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
         needs = ("mongodb",)
         params_type = CursorParams
         profiles = {"full": {}, "quick": {"documents": 20_000}, "smoke": {"documents": 2_000}}
+        repeats = {"smoke": 1, "quick": 3, "full": 10}
+        analysis = "harness.analysis.mongo"            # its metrics(run) names the headline figures
+        headline = (Metric("max_stall_ms", "ms", "lower"),)
+        tables = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", ...},
+                  "windows": window_columns(batch_size="int")}
         def datasets(self, p): return [datasets.Orders(p.documents)]
-        def run(self, ctx): ...            # measure, then ctx.record("samples", rows)
+        def run(self, ctx):
+            for pt in ctx.order(grid(method="iterate", batch_size=ctx.params.batch_sizes)):
+                ...                        # measure variant_id(pt["method"], batch_size=...), then
+                                           # ctx.record("samples", rows): checked against `tables`
 
 `run()` executes in a fresh worker process (see `harness.worker`), once per repeat. It measures and
 records raw data only: no summaries, no printing (statistics live in `harness.stats`).
