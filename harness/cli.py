@@ -248,7 +248,8 @@ def servers_up() -> None:
 
 
 @servers_group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print {mongodb_uri, postgres_dsn, toxiproxy: {api, version}, ...} as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {mongodb_uri, postgres_dsn, toxiproxy: {api, version}, ...} as JSON.")
 def servers_status(as_json) -> None:
     """Show the stack `servers up` started, if it is running."""
     stack = servers.running_stack()

@@ -118,7 +118,9 @@ def metrics(run: Run, experiment: str) -> pd.DataFrame:
     """The experiment's per-repeat figures (its analysis module's `metrics(run)`, contract C1),
     aggregated over repeats: variant, metric, unit, better, n, median, ci_low, ci_high, cv,
     unstable, stability."""
-    module = registry.get(experiment).analysis_module()
+    module = registry.analysis_of(experiment)
+    if module is None:
+        raise HarnessError(f"experiment {experiment} declares no analysis module")
     frame = module.metrics(run)
     frame = frame[frame["experiment"] == experiment]
     out = aggregate(frame, by=["variant", "metric", "unit", "better"], values="value")

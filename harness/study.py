@@ -97,8 +97,7 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
     child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
                                 result_path=result_path, log_path=out_dir / "worker.log",
                                 timeout_s=p.params.timeout_s,
-                                # --python: the worker (and the clients it starts) on that venv's python
-                                **({"python": python} if python else {}))
+                                python=python)  # --python: the worker (and its clients) on that venv's python
     result = dict(child.result or {})
     if child.timed_out:
         reason = f"timed out after {p.params.timeout_s:g} s (parameter timeout_s)"

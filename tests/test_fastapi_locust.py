@@ -14,6 +14,7 @@ import urllib.request
 from decimal import Decimal
 
 import pymongo
+import pandas as pd
 import pytest
 from bson import ObjectId
 from bson.binary import Binary
@@ -200,3 +201,26 @@ def test_locust_master_and_two_workers_on_loopback(run_experiment):
     agg = stats_[stats_["name"] == "Aggregated"]
     assert int(agg["request_count"].iloc[0]) == len(samples)
     assert tables["locust_history"]["user_count"].max() == 4
+
+
+def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
+    """fastapi_crossover through the proxy the study provides: each point's delay is set on the proxy
+    and measured (loosely: between half and twice the setting, plus the proxy's own cost), the
+    direct point bypasses it, and the toxics are gone afterwards."""
+    from harness import network, study
+
+    planned = study.plan(["fastapi_crossover"], "smoke", {"rtts_ms": "20"})[0]
+    for d in planned.experiment.datasets(planned.params):
+        d.ensure(stack)
+    out = tmp_path / "fastapi_crossover" / "r0"
+    with network.route(stack, ("mongodb",), via_proxy=True, rtt_ms=0) as route:
+        result = study.run_repeat(planned, route.stack, out, 0)
+        assert route.toxics("mongodb") == []
+    assert result["status"] == "ok", result.get("error")
+    points = pd.read_parquet(out / "points.parquet").set_index("path")
+    assert 10 <= points.loc["proxy", "ping_median_ms"] <= 40
+    assert points.loc["direct", "ping_median_ms"] < 10
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert set(runs["variant"]) == {"sync_40threads[rtt=20]", "async[rtt=20]", "sync_40threads[direct=on]",
+                                    "async[direct=on]"}
+    assert (runs["status"] == "ok").all(), runs["error"].tolist()

@@ -30,7 +30,8 @@ def test_declarations(name):
     assert "samples" in exp.tables or "windows" in exp.tables, f"{name}: neither samples nor windows"
     assert exp.headline and all(isinstance(m, Metric) for m in exp.headline), f"{name}: no headline metrics"
     assert exp.repeats.get("smoke") == 1 and exp.repeats.get("full", 0) >= 3, exp.repeats
-    module = exp.analysis_module()
+    module = registry.analysis_of(name)
+    assert module is not None, f"{name} declares no analysis module"
     assert callable(getattr(module, "metrics", None)), f"{exp.analysis} has no metrics(run)"
 
 
@@ -57,7 +58,7 @@ def test_stored_tables_are_on_schema(smoke_run: store.Run, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_analysis_names_the_headline_metrics(smoke_run: store.Run, name):
     exp = registry.get(name)
-    frame = exp.analysis_module().metrics(smoke_run)
+    frame = registry.analysis_of(name).metrics(smoke_run)
     mine = frame[frame["experiment"] == name]
     assert len(mine), f"{exp.analysis}.metrics gives no figure of {name}"
     for m in exp.headline:

@@ -122,7 +122,7 @@ def test_notebook_tables_hold_the_runs_figures(built, nb, experiments):
         assert f"{e}.headline" in tables, f"{nb} showed no headline table of {e}: {sorted(tables)}"
         shown = tables[f"{e}.headline"]
         exp = registry.get(e)
-        frame = exp.analysis_module().metrics(built.run)
+        frame = registry.analysis_of(e).metrics(built.run)
         frame = frame[(frame["experiment"] == e) & frame["metric"].isin([m.name for m in exp.headline])]
         assert len(shown) == frame.groupby(["variant", "metric"]).ngroups > 0
         for _, row in shown.iterrows():

@@ -89,10 +89,12 @@ def _has(run: Run, exp: str) -> bool:
 
 def probe_idle(run: Run) -> pd.DataFrame:
     """The probe alone (nothing blocking): lateness summary and CPU cost, per repeat."""
-    probe = run.table("mongo_cursor", "probe")
-    if probe.empty:
+    idle = run.table("mongo_cursor", "probe_idle")
+    if idle.empty:  # runs before the calibration had its own table: variant "idle" of `probe`
+        probe = run.table("mongo_cursor", "probe")
+        idle = probe[probe.variant == "idle"] if not probe.empty else probe
+    if idle.empty:
         return pd.DataFrame()
-    idle = probe[probe.variant == "idle"]
     rows = []
     for rep, g in idle.groupby("repeat"):
         s = stats.latency_summary(g.lateness_s)

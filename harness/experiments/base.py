@@ -40,7 +40,6 @@ Conventions for recorded tables (Parquet, one file per table per repeat):
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import logging
 import math
@@ -48,7 +47,6 @@ import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar, Iterable, Iterator, TypeVar
 
 import pandas as pd
@@ -265,12 +263,6 @@ class Experiment:
 
     def run(self, ctx: "Context") -> None:
         raise NotImplementedError
-
-    def analysis_module(self) -> ModuleType:
-        """The module named by `analysis`, imported (the one discovery of analysis modules)."""
-        if not self.analysis:
-            raise HarnessError(f"experiment {self.name} declares no analysis module")
-        return importlib.import_module(self.analysis)
 
 
 class Context:

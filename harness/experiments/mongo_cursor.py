@@ -17,8 +17,9 @@ variant records the batches the server actually sent.
 Variants: `iterate[batch_size=default]`, `iterate[batch_size=N]`, `iterate[batch_size=16MiB]`,
 `to_list[batch_size=default]`; run in `ctx.order()` (reversed on odd repeats).
 Tables: see `tables` below. `samples` holds one row per variant (latency_s = iteration time,
-batches = replies, max_batch_docs = the largest); `probe` one row per probe wake-up (variant
-`idle` for the calibration); `batching` the document-size sample and the batch size it gives.
+batches = replies, max_batch_docs = the largest); `probe` one row per probe wake-up;
+`probe_idle` the same for the probe alone (its floor); `batching` the document-size sample and the
+batch size it gives.
 Notes: `probe_idle` (the probe's CPU cost while idle).
 """
 
@@ -102,6 +103,7 @@ class CursorStall(Experiment):
                     "start_s": "float", "latency_s": "float", "ok": "bool", "error": "str",
                     "documents": "int", "batches": "int", "max_batch_docs": "int"},
         "probe": {"variant": "str", "seq": "int", "offset_s": "float", "lateness_s": "float"},
+        "probe_idle": {"seq": "int", "offset_s": "float", "lateness_s": "float"},   # not a variant
         "batching": {"sampled": "int", "avg_doc_bytes": "float", "target_mib": "float", "batch_size": "int",
                      "server": "str"},
         "windows": window_columns(method="str", batch_size="int", label="str", loop="str", driver="str"),
@@ -137,8 +139,8 @@ class CursorStall(Experiment):
         idle = await measure_resolution(p.probe_idle_s, interval_s=p.probe_interval_s) \
             if p.probe_idle_s > 0 else None
         if idle:
-            ctx.record("probe", [{"variant": "idle", "seq": i, "offset_s": o, "lateness_s": late}
-                                 for i, (o, late) in enumerate(idle["samples"])])
+            ctx.record("probe_idle", [{"seq": i, "offset_s": o, "lateness_s": late}
+                                      for i, (o, late) in enumerate(idle["samples"])])
             ctx.note("probe_idle", {k: v for k, v in idle.items() if k != "samples"})
         counter = _BatchCounter()
         async with async_client(ctx.servers.mongodb_uri, driver=p.driver, event_listeners=[counter]) as client:
