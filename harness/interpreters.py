@@ -239,6 +239,12 @@ def gil_enabled_now() -> bool:
     return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
+def study_python() -> str:
+    """The study's own interpreter, for tools that stay on it (Locust) when a worker runs on another
+    (`--python`): the study passes it down as HARNESS_STUDY_PYTHON."""
+    return os.environ.get("HARNESS_STUDY_PYTHON") or sys.executable
+
+
 def runtime_record() -> dict:
     """The running interpreter's version and build: recorded with every sample."""
     return {"python": _current_version(), "python_build": "free-threaded" if _current_gil_disabled() else "gil",

@@ -12,7 +12,7 @@ one's window. Manifest keys written here: `schedule` (the order repeats ran in),
 
 from __future__ import annotations
 
-import inspect
+import os
 import shutil
 import sys
 import time
@@ -97,7 +97,9 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
     child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
                                 result_path=result_path, log_path=out_dir / "worker.log",
                                 timeout_s=p.params.timeout_s,
-                                python=python)  # --python: the worker (and its clients) on that venv's python
+                                python=python,  # --python: the worker (and its clients) on that venv's python
+                                # ... while Locust and other tools stay on the study's (interpreters.study_python)
+                                env=dict(os.environ, HARNESS_STUDY_PYTHON=sys.executable) if python else None)
     result = dict(child.result or {})
     if child.timed_out:
         reason = f"timed out after {p.params.timeout_s:g} s (parameter timeout_s)"
@@ -197,8 +199,6 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     store.check_writable(data_dir)
     # venvs are built here, before any server starts and outside every measurement
     venv = interpreters.prepare([python])[0] if python else None
-    if venv is not None and venv.mode != "study" and "python" not in inspect.signature(processes.run_child).parameters:
-        raise HarnessError("--python needs processes.run_child(python=...) (not integrated yet)")
     prepared = {p.experiment.name: p.experiment.prepare(p.params) for p in planned
                 if hasattr(p.experiment, "prepare")}
     emit = on_event or (lambda kind, info: None)

@@ -6,10 +6,12 @@ app's own code); the smoke run goes through the worker as the study does. No tim
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
 import os
 import sys
+import urllib.parse
 import urllib.request
 from decimal import Decimal
 
@@ -81,11 +83,15 @@ def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tok
     proc = processes.start(f"uvicorn-{variant}", [sys.executable, "-m", "uvicorn", fastapi_locust.APP,
                                                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                            tmp_path / "uvicorn.log", env=env, cwd=REPO_ROOT)
-    min_rating, limit, market, band = 90, 7, "Porto", 1
-    if query == "fast":  # the precomputed key stands for: rating >= 95, this market, price in [100, 200)
-        min_rating, url = 95, f"/listings/top?market={market}&band={band}&limit={limit}"
+    min_rating, limit = 90, 7
+    if query == "fast":  # the precomputed key stands for: rating >= 95, this market, price in its band
+        with pymongo.MongoClient(listings) as client:
+            keys = collections.Counter(d["search_key"] for d in client[datasets.STUDY_DB][listings_api.COLLECTION]
+                                       .find({"search_key": {"$exists": True}}, {"search_key": 1}))
+        market, band = keys.most_common(1)[0][0].split("|")
+        min_rating, url = 95, f"/listings/top?market={urllib.parse.quote(market)}&band={band}&limit={limit}"
         flt = {"review_scores.review_scores_rating": {"$gte": 95}, "address.market": market,
-               "price": {"$gte": 100, "$lt": 200}}
+               "price": {"$gte": 100 * int(band), "$lt": 100 * (int(band) + 1)}}
     else:
         url = f"/listings/top?min_rating={min_rating}&limit={limit}"
         flt = {"review_scores.review_scores_rating": {"$gte": min_rating}}

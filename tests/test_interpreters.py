@@ -139,3 +139,10 @@ def test_the_command_line_prepares_and_reports(tmp_path):
     rec = json.loads(out.stdout.splitlines()[0])
     assert rec["mode"] == "study" and rec["interpreter"]["version"] == platform.python_version()
     assert "free-threaded builds:" in out.stderr
+
+
+def test_tools_that_stay_on_the_study_interpreter_find_it(monkeypatch):
+    monkeypatch.delenv("HARNESS_STUDY_PYTHON", raising=False)
+    assert interpreters.study_python() == sys.executable
+    monkeypatch.setenv("HARNESS_STUDY_PYTHON", "/opt/study/bin/python")
+    assert interpreters.study_python() == "/opt/study/bin/python"
