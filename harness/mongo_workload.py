@@ -39,6 +39,11 @@ COLLECTION = "orders"
 # Documents in `orders` per profile: every MongoDB experiment uses the same size in a profile, so
 # running several of them does not reload the collection between experiments.
 DOCUMENTS = {"full": 100_000, "quick": 20_000, "smoke": 2_000}
+# The `samples` rows async_variant() and threads_variant() record (kinds as in experiments/base.py),
+# before the caller's own fields.
+CLOSED_LOOP_SAMPLES = {"variant": "str", "loop": "str", "driver": "str", "pool_size": "int", "workers": "int",
+                       "semaphore": "bool", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
+                       "error": "str"}
 
 
 def run_async(main: Callable[[], Awaitable[Any]], *, loop: str = "asyncio") -> Any:

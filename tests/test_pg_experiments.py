@@ -9,7 +9,7 @@ import math
 import pytest
 
 from harness import registry, stats
-from harness.analysis import postgres
+from harness.analysis import METRIC_COLUMNS, postgres
 from harness.pg_workload import MODELS, regime_name
 
 pytestmark = pytest.mark.timeout(240)
@@ -96,8 +96,10 @@ def test_pg_models_analysis(models_run, tmp_path):
         assert r["cpu_us_per_req"] > 0 and r["pool_bound_rps"] > 0
         assert 0 < r["jain"] <= 1 and r["ops_per_client_min"] >= 1
         assert r["limit"] in ("pool", "client CPU", "machine CPU", "not identified")
-    m = postgres.metrics(run)
-    assert all(isinstance(v, float) for v in m.values())
+    frame = postgres.metrics(run)  # contract C1: one row per figure and repeat
+    assert list(frame.columns) == list(METRIC_COLUMNS) and (frame["repeat"] == 0).all()
+    assert frame["value"].notna().all() and set(frame["better"]) <= {"higher", "lower", ""}
+    m = postgres.named(run)
     p = models_run[0]
     for model in p.models:
         for slow in p.slow_ms:
@@ -135,7 +137,7 @@ def test_pg_ceiling_shape_and_sanity(ceiling_run):
 
 def test_pg_ceiling_metrics(ceiling_run, tmp_path):
     run = _as_run(ceiling_run, "pg_ceiling", tmp_path)
-    m = postgres.metrics(run)
+    m = postgres.named(run)
     assert m["pg_ceiling.fast.tps"] > 0 and m["pg_ceiling.slow.tps"] > 0
     t = postgres.ceiling_table(run)
     assert (t["rps"] > 0).all()

@@ -43,12 +43,14 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import numbers as numbers_
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from ..config import PROFILES
@@ -114,16 +116,16 @@ def _kind_ok(series: pd.Series, kind: str) -> bool:
     if kind == "any" or values.empty:
         return True
     dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype) or kind == "bool":
+        return kind == "bool" and (pd.api.types.is_bool_dtype(dtype)
+                                   or all(isinstance(v, (bool, np.bool_)) for v in values))
+    numbers = all(isinstance(v, numbers_.Real) and not isinstance(v, (bool, np.bool_)) for v in values) \
+        if pd.api.types.is_object_dtype(dtype) else pd.api.types.is_numeric_dtype(dtype)
     if kind == "float":
-        return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+        return numbers
     if kind == "int":
-        if pd.api.types.is_integer_dtype(dtype):
-            return True
         # a missing value turns an int column into floats (or objects): the values must stay whole
-        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
-                   for v in values)
-    if kind == "bool":
-        return pd.api.types.is_bool_dtype(dtype) or all(isinstance(v, bool) for v in values)
+        return pd.api.types.is_integer_dtype(dtype) or (numbers and all(float(v).is_integer() for v in values))
     if kind == "str":
         return all(isinstance(v, str) for v in values)
     raise ValueError(f"unknown column kind {kind!r}; use one of {', '.join(KINDS)}")

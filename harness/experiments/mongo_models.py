@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import datasets
-from ..mongo_workload import (DOCUMENTS, DRIVERS, LOOPS, BackendConnections, async_variant,
-                              ferretdb_backend_index, ferretdb_pg_pool, threads_variant)
+from ..mongo_workload import (CLOSED_LOOP_SAMPLES, DOCUMENTS, DRIVERS, LOOPS, BackendConnections,
+                              async_variant, ferretdb_backend_index, ferretdb_pg_pool, threads_variant)
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
-from .mongo_pool import CLOSED_LOOP
 
 @dataclass(frozen=True)
 class ModelsParams(Params):
@@ -66,7 +65,7 @@ class ThreadsVsAsyncio(Experiment):
     repeats = {"smoke": 1, "quick": 3, "full": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
-    tables = {"samples": CLOSED_LOOP,
+    tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
               "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
                                         semaphore="bool", duration_s="float", ferretdb_pg_conns_max="float"),
               "server_pool": {"ferretdb": "bool", "pool_max_conns": "int", "source": "str"}}

@@ -22,13 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import datasets
-from ..mongo_workload import DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index
+from ..mongo_workload import CLOSED_LOOP_SAMPLES, DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("bare", "semaphore", "large_pool")
-CLOSED_LOOP = {"variant": "str", "mode": "str", "loop": "str", "driver": "str", "pool_size": "int",
-               "workers": "int", "semaphore": "bool", "task": "int", "start_s": "float", "latency_s": "float",
-               "ok": "bool", "error": "str"}
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,7 @@ class PoolFairness(Experiment):
     analysis = "harness.analysis.mongo"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p50_ms", "ms", "lower"),
                 Metric("throughput_qps", "queries/s", "higher"), Metric("jain_index", "ratio", "higher"))
-    tables = {"samples": CLOSED_LOOP,
+    tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
               "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
                                         semaphore="bool", duration_s="float")}
 
