@@ -291,10 +291,6 @@ def _hold_figures(history: pd.DataFrame, samples: pd.DataFrame, cpu: pd.DataFram
         out["hold_infrastructure"] = int(inside["infrastructure"].sum())
         ok = inside[inside["ok"]]
         out["hold_mean_latency_s"] = float(ok["latency_s"].mean()) if len(ok) else float("nan")
-        # Latency at low load (first tenth of the ramp): with the loaded latency, X = N / (Z + R)
-        # holds in any closed loop (Little's law), so only the unloaded one can say who set the pace.
-        early = samples[(samples["start_s"] < 0.1 * out["hold_start_s"]) & samples["ok"]]
-        out["unloaded_latency_s"] = float(early["latency_s"].median()) if len(early) else float("nan")
     for role in ("server", "locust", "database", "proxy", "machine"):
         out[f"hold_{role}_cpu_s"] = _cpu_between(cpu, role, t0, t1) if not cpu.empty else float("nan")
     if not app.empty:
@@ -385,13 +381,18 @@ class Variant:
         raise HarnessError(f"uvicorn ({self.label}) did not become healthy: {server.log_tail(15)}")
 
     def _warm_up(self) -> None:
-        """Outside every window: the driver's pool, FastAPI's first-request paths."""
+        """Outside every window: the driver's pool, FastAPI's first-request paths. The requests are
+        sequential (one client, no load): the median of the second half is the unloaded latency R0."""
         deadline = time.monotonic() + self.p.warmup_s
+        lat = []
         while True:
+            t0 = time.perf_counter()
             status, body = _get(self.url + self.p.path, self.p.request_timeout_s)
+            lat.append(time.perf_counter() - t0)
             if status != 200 or not isinstance(json.loads(body), list):
                 raise HarnessError(f"warm-up request failed: HTTP {status}")
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline and len(lat) >= 4:
+                self.base["unloaded_latency_s"] = statistics.median(lat[len(lat) // 2:])
                 return
 
     def _generator(self, prefix: Path, attempt: int, workers: int, env: dict[str, str]) -> list:

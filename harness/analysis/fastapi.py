@@ -22,8 +22,9 @@ Definitions (fixed; stated in docs/LOAD_TESTING.md):
 Bottleneck (`bottleneck()`; the first rule that holds):
   load_generator   Locust warned of > 90% CPU, or used >= 90% of a core per process
   offered_load     throughput >= 0.9 x users / (mean think time + R0): Locust set the pace. R0 is
-                   the median latency in the first tenth of the ramp (low load): with the latency
-                   under load the ratio is 1 in any closed loop (Little's law), so it could not fail
+                   the unloaded latency: median of the sequential warm-up requests (one client):
+                   with the latency under load the ratio is 1 in any closed loop (Little's law), so
+                   it could not fail
   database_cpu     the machine is >= 90% busy and the database is its largest consumer (of app,
                    database, Locust, proxy and everything else): `database_bound`, and the
                    comparison is then about the database, not sync vs async
@@ -51,6 +52,7 @@ CROSSOVER = "fastapi_crossover"
 VARIANT_ORDER = ("sync_1thread", "sync_40threads", "async", "mixed")
 BUSY = 0.9                 # a resource at or above this fraction of its capacity is saturated
 LOOP_BLOCKED_S = 0.1
+UNLOADED_REQUESTS = 20     # R0 fallback: median latency of a cell's first successful requests
 BOTTLENECKS = ("load_generator", "offered_load", "database_cpu", "machine_cpu", "thread_limiter",
                "event_loop", "app_cpu", "unexplained")
 
@@ -138,6 +140,9 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
         x = float(r.get("hold_ok", 0)) / wall if wall > 0 else float("nan")
         think = float(r.get("think_mean_s", float("nan")))
         mean_lat = float(r.get("unloaded_latency_s", float("nan")))
+        if math.isnan(mean_lat):  # runs before the warm-up recorded it: the first requests
+            first = s[s["ok"]].nsmallest(UNLOADED_REQUESTS, "start_s") if len(s) else s
+            mean_lat = float(first["latency_s"].median()) if len(first) else float("nan")
         agg = h[h["name"] == "Aggregated"] if len(h) else h
         c = cells[(cells["repeat"] == key[0]) & (cells["variant"] == key[1])] if len(cells) else cells
         tokens = float(r.get("hold_total_tokens", float("nan")))
@@ -146,6 +151,7 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
             "rtt_ms": r.get("rtt_ms"), "path": r.get("path"), "ping_median_ms": r.get("ping_median_ms"),
             "hold_token_s_per_request": (float(r.get("hold_busy_tokens_mean", float("nan"))) / x
                                          if x and x > 0 else float("nan")),
+            "unloaded_latency_ms": mean_lat * 1000.0,
             "cell_status": c["status"].iloc[0] if len(c) else "ok",
             "locust_workers": r.get("locust_workers", 0), "users": r.get("users"), "cores": r.get("cores"),
             "max_rps": x,
@@ -274,7 +280,8 @@ def crossover(run: Run) -> dict[str, Any]:
     round trip above which async beats sync_40threads; and the queueing model's prediction.
 
     Model: a sync app with T threads serves at most T / (s + rtt) requests/s, where s is the
-    token-seconds per request measured at the smallest round trip minus that round trip; async is
+    unloaded latency (R0, sequential warm-up requests) at the smallest round trip minus the measured
+    round trip (token-seconds under load include queueing for the database, so they cannot); async is
     not limited by threads, so it serves what sync_40threads can at rtt 0 or what Locust offers,
     users / mean think time, whichever is lower. Predicted crossover: the rtt where
     40 / (s + rtt) falls below that."""
@@ -286,12 +293,16 @@ def crossover(run: Run) -> dict[str, Any]:
               .agg(max_rps=("max_rps", "median"), p95_ms=("p95_ms", "median"),
                    ping_median_ms=("ping_median_ms", "median"), repeats=("repeat", "nunique"),
                    token_s=("hold_token_s_per_request", "median"),
+                   unloaded_ms=("unloaded_latency_ms", "median"),
                    bottleneck=("bottleneck", lambda s: "/".join(sorted(set(s))))))
     proxy = points[points["path"] == "proxy"].pivot(index="rtt_ms", columns="kind", values="max_rps")
     measured = None
     if {"async", "sync_40threads"} <= set(proxy.columns):
-        wins = proxy.index[proxy["async"] > proxy["sync_40threads"]]
-        measured = float(wins.min()) if len(wins) else None
+        # the smallest round trip from which async stays above at every larger one measured
+        for rtt in sorted(proxy.index, reverse=True):
+            if not proxy.loc[rtt, "async"] > proxy.loc[rtt, "sync_40threads"]:
+                break
+            measured = float(rtt)
     runs = run.table(CROSSOVER, "runs")
     users = float(runs["users"].iloc[0]) if len(runs) else float("nan")
     think = float(runs["think_mean_s"].iloc[0]) if len(runs) else float("nan")
@@ -299,14 +310,16 @@ def crossover(run: Run) -> dict[str, Any]:
     model: dict[str, Any] = {"threads": 40, "offered_rps": users / think if think else float("nan")}
     if len(s40):
         first = s40.iloc[0]
-        service_s = max(0.0, float(first["token_s"]) - float(first["ping_median_ms"]) / 1000.0)
+        # service time: latency at low load (R0) minus the measured round trip
+        service_s = max(0.0, (float(first["unloaded_ms"]) - float(first["ping_median_ms"])) / 1000.0)
         cap = min(float(first["max_rps"]), model["offered_rps"])
         model.update(service_ms=service_s * 1000.0, async_capacity_rps=cap,
                      predicted_crossover_ms=max(0.0, (40.0 / cap - service_s) * 1000.0) if cap > 0 else None)
         model["predicted_sync40_rps"] = {float(r): min(cap, 40.0 / (service_s + r / 1000.0))
                                          for r in sorted(points["rtt_ms"].unique()) if service_s + r > 0}
     return {"table": points, "measured_crossover_ms": measured,
-            "measured_statement": (f"async beats sync_40threads from {measured:g} ms of added round trip"
+            "measured_statement": (f"async beats sync_40threads from {measured:g} ms of added round trip "
+                                   "on (at every larger round trip measured)"
                                    if measured is not None else
                                    "async never beats sync_40threads in the range measured"),
             "model": model}
