@@ -1,6 +1,7 @@
 # The two commands of the README: `make study` (the main job) and `make test`.
 PROFILE ?= full
-REPEAT ?= 1
+# REPEAT=N runs every experiment N times; empty: each experiment's own count for the profile
+REPEAT ?=
 # PYTHONS="3.11 3.12 3.13": one run per interpreter (harness.interpreters); PLACEMENT=split pins
 # servers and client to separate cores (harness.placement)
 PYTHONS ?=
@@ -10,7 +11,7 @@ PY := .venv/bin/python
 .PHONY: study test bootstrap lock servers-up servers-down report clean-venv
 
 study: bootstrap
-	$(PY) -m harness study --profile $(PROFILE) --repeat $(REPEAT) $(foreach p,$(PYTHONS),--python $(p)) --placement $(PLACEMENT)
+	$(PY) -m harness study --profile $(PROFILE) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PYTHONS),--python $(p)) --placement $(PLACEMENT)
 
 test:
 	bash scripts/bootstrap --test

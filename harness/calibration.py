@@ -26,8 +26,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -106,7 +107,7 @@ def _ensure_table(dsn: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id int PRIMARY KEY, v int NOT NULL)")
-        n = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0]
+        n = (conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone() or (0,))[0]
         if n != TABLE_ROWS:
             conn.execute(f"TRUNCATE {TABLE}")
             conn.execute(f"INSERT INTO {TABLE} SELECT i, i * 7 FROM generate_series(1, {TABLE_ROWS}) i")

@@ -1,36 +1,5 @@
-"""The claims ledger: one row per numeric figure or sentence of the three seed documents, each with
-its comparison stated before any run, evaluated on a run's repeats.
-
-The ledger (`claims_ledger.csv`, next to this module) is data and holds no measured value: only the
-seeds' own numbers. Columns:
-
-    claim_id    stable id, `<document>-<family>-<n>`, e.g. `001-pool-03`
-    document    the seed: 000 (FastAPI + PyMongo under Locust), 001 (AsyncMongoClient traps),
-                002 (threads vs asyncio on PostgreSQL)
-    kind        measurement  a figure the seed measured: judged (or shown, when not comparable)
-                setup        a size or setting of the seed's test; shown beside this run's own
-                context      a number that is not a measurement (a version, a date); listed only
-    section     where in the seed
-    sentence    the sentence(s), verbatim or nearly; one row may quote several that state the
-                same figure
-    seed_value, seed_unit   the seed's number; for a comparison, the seed's own ratio a / b (its
-                unit says which figures, e.g. "x (per request / shared; 2.44 / 0.20)")
-    comparison  absolute     a figure from another server and machine: shown side by side with
-                             this run's, never judged (`not comparable`)
-                ratio        a / b per repeat (b empty: a alone), compared with `reference` in the
-                             seed's `direction`, and with the band where the seed gives an effect size
-                equivalence  a / b per repeat is the same as `reference` within `margin`
-    a, b        expressions over metrics (`{experiment.variant.metric}`, as the analysis modules'
-                `metrics(run)` name them) and parameters (`{param:experiment.name}`), evaluated per
-                repeat, so that a and b are paired by repeat; b empty = 1
-    direction   `>` (the seed says a / b exceeds reference) or `<`
-    reference   where the seed's side and the opposite side meet: 1 for "a above b", a threshold
-                the seed states otherwise (e.g. 10 ms); empty = 1
-    band_low, band_high   for effect sizes: the seed's ratio within a factor of 2 either way
-                (servers and machines differ), cut at the reference
-    margin      for equivalence: a / b within [reference / (1 + margin), reference * (1 + margin)]
-    role        the server role that produced the figures (mongodb, postgres)
-    note        why this comparison
+"""Claims: every row of the seeds' ledger (`harness.ledger`, `claims_ledger.csv`) judged against a
+run's repeats.
 
 Bands and margins were written into the ledger before the reference run, and are not moved after it.
 
@@ -53,41 +22,36 @@ Removed from the earlier ledger, because they could not fail: Little's-law rows 
 clients / throughput is the mean latency by construction) and the per-connection and pool-bound
 figures of seed 002 (set by the 10 ms pg_sleep parameter). The pool-bound claim is judged instead
 by each model's throughput against the pool bound measured from calibration requests.
-
-Expressions are a small, safe language (parsed with `ast`, never `eval`): numbers, `+ - * /`,
-comparisons, `and`, `or`, `not`, and the functions `abs`, `min`, `max`.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import math
-import operator
-import re
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from . import stats
-from .errors import HarnessError
+from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
+    COLUMNS,
+    COMPARISONS,
+    DIRECTIONS,
+    DOCUMENTS,
+    KINDS,
+    LEDGER_PATH,
+    ROLES,
+    Expression,
+    ExpressionError,
+    Missing,
+    load,
+    parse,
+    refs,
+)
 from .store import Run
 
-LEDGER_PATH = Path(__file__).with_name("claims_ledger.csv")
-COLUMNS = ("claim_id", "document", "kind", "section", "sentence", "seed_value", "seed_unit",
-           "comparison", "a", "b", "direction", "reference", "band_low", "band_high", "margin",
-           "role", "note")
-DOCUMENTS = {"000": "Async PyMongo in FastAPI (sync vs async under Locust)",
-             "001": "Using MongoDB with PyMongo's Async API (three traps)",
-             "002": "asyncio vs Threads for Database-Heavy Services (PostgreSQL)"}
-KINDS = ("measurement", "setup", "context")
-COMPARISONS = ("absolute", "ratio", "equivalence")
-DIRECTIONS = (">", "<")
-ROLES = ("mongodb", "postgres")
 ALPHA = stats.ALPHA
 
 NOT_COMPARABLE = "not comparable"
@@ -104,200 +68,6 @@ VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED
             NOT_MEASURED)
 JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY)
 STATUSES = VERDICTS + (SETUP_SAME, SETUP_DIFFERS, CONTEXT)
-
-_REF = re.compile(r"\{([^{}]+)\}")
-_REF_NAME = re.compile(r"^(param:)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_.\-]*)+$")
-
-
-class ExpressionError(HarnessError, ValueError):
-    """An expression or row of the ledger that does not parse or uses something the language lacks."""
-
-
-class Missing(Exception):
-    """A metric or parameter the run does not have."""
-
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.name = name
-
-
-# -- the expression language -------------------------------------------------------------------
-
-_BINOPS: dict[type, Callable[[float, float], float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-_CMPOPS: dict[type, Callable[[float, float], bool]] = {
-    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-    ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_FUNCS: dict[str, Callable[..., float]] = {"abs": abs, "min": min, "max": max}
-_VARIABLES = ("value", "seed", "ratio")
-
-
-@dataclass(frozen=True)
-class Expression:
-    """A parsed ledger expression; `refs` are the metric / parameter names it reads."""
-
-    text: str
-    tree: ast.Expression
-    refs: tuple[str, ...]
-    placeholders: dict[str, str]       # python identifier -> reference name
-
-    def evaluate(self, lookup: Callable[[str], float], variables: Mapping[str, Any] | None = None):
-        return _eval(self.tree.body, self, lookup, dict(variables or {}))
-
-
-def refs(text: str) -> tuple[str, ...]:
-    """The `{...}` references of an expression, in order of first appearance."""
-    return tuple(dict.fromkeys(m.strip() for m in _REF.findall(text or "")))
-
-
-@lru_cache(maxsize=4096)
-def parse(text: str, allow_variables: tuple[str, ...] = _VARIABLES) -> Expression:
-    """Parse and check an expression; raises ExpressionError naming what is wrong."""
-    if not isinstance(text, str) or not text.strip():
-        raise ExpressionError("empty expression")
-    placeholders: dict[str, str] = {}
-    names = refs(text)
-    for i, name in enumerate(names):
-        if not _REF_NAME.match(name):
-            raise ExpressionError(f"{text!r}: {{{name}}} is not a metric name "
-                                  "(experiment.variant.metric) nor param:experiment.name")
-        placeholders[f"__ref{i}"] = name
-    by_name = {v: k for k, v in placeholders.items()}
-    python = _REF.sub(lambda m: by_name[m.group(1).strip()], text)
-    try:
-        tree = ast.parse(python.strip(), mode="eval")
-    except SyntaxError as e:
-        raise ExpressionError(f"{text!r}: does not parse ({e.msg})") from None
-    expr = Expression(text, tree, names, placeholders)
-    for node in ast.walk(tree.body):
-        _check(node, expr, allow_variables)
-    return expr
-
-
-def _check(node: ast.AST, expr: Expression, allow: tuple[str, ...]) -> None:
-    ok = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call, ast.Name, ast.Constant,
-          ast.Load, ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, *_BINOPS, *_CMPOPS)
-    if not isinstance(node, ok):
-        raise ExpressionError(f"{expr.text!r}: {type(node).__name__} is not allowed in a ledger expression")
-    if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
-        raise ExpressionError(f"{expr.text!r}: only numbers are allowed as constants")
-    if isinstance(node, ast.Name) and node.id not in expr.placeholders and node.id not in allow \
-            and node.id not in _FUNCS:
-        raise ExpressionError(f"{expr.text!r}: unknown name {node.id!r} (metrics go in braces: "
-                              f"{{experiment.variant.metric}}; variables: {', '.join(allow) or 'none'})")
-    if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
-            raise ExpressionError(f"{expr.text!r}: only {', '.join(_FUNCS)} may be called")
-
-
-def _eval(node: ast.AST, expr: Expression, lookup, variables):
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id in expr.placeholders:
-            return lookup(expr.placeholders[node.id])
-        if node.id in variables:
-            v = variables[node.id]
-            if v is None:
-                raise Missing(node.id)
-            return v
-        raise ExpressionError(f"{expr.text!r}: {node.id} has no value here")
-    if isinstance(node, ast.UnaryOp):
-        v = _eval(node.operand, expr, lookup, variables)
-        return -v if isinstance(node.op, ast.USub) else (+v if isinstance(node.op, ast.UAdd) else not v)
-    if isinstance(node, ast.BinOp):
-        return _BINOPS[type(node.op)](_eval(node.left, expr, lookup, variables),
-                                      _eval(node.right, expr, lookup, variables))
-    if isinstance(node, ast.BoolOp):
-        values = [_eval(v, expr, lookup, variables) for v in node.values]
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, expr, lookup, variables)
-        for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, expr, lookup, variables)
-            if not _CMPOPS[type(op)](left, right):
-                return False
-            left = right
-        return True
-    if isinstance(node, ast.Call):
-        return _FUNCS[node.func.id](*[_eval(a, expr, lookup, variables) for a in node.args])
-    raise ExpressionError(f"{expr.text!r}: cannot evaluate {type(node).__name__}")
-
-
-# -- the ledger ----------------------------------------------------------------------------------
-
-_NUMERIC = ("seed_value", "reference", "band_low", "band_high", "margin")
-
-
-def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
-    """The ledger as a DataFrame (numbers as floats, NaN where empty), checked row by row."""
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise ExpressionError(f"{path}: missing columns {missing}")
-    df = df[list(COLUMNS)].copy()
-    dup = df["claim_id"][df["claim_id"].duplicated()].tolist()
-    if dup:
-        raise ExpressionError(f"{path}: duplicate claim ids {dup}")
-    problems = []
-    for row in df.itertuples(index=False):
-        problems += [f"{row.claim_id}: {p}" for p in _row_problems(row)]
-    if problems:
-        raise ExpressionError(f"{path}:\n  " + "\n  ".join(problems))
-    for c in _NUMERIC:
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    df["reference"] = df["reference"].fillna(1.0)
-    return df
-
-
-def _row_problems(row) -> list[str]:
-    out = []
-    if row.document not in DOCUMENTS:
-        out.append(f"unknown document {row.document!r}")
-    if row.kind not in KINDS:
-        out.append(f"unknown kind {row.kind!r}")
-    for c in _NUMERIC:
-        v = getattr(row, c)
-        try:
-            if v:
-                float(v)
-        except ValueError:
-            out.append(f"{c} {v!r} is not a number")
-    if row.kind == "context":
-        return out
-    if row.role not in ROLES:
-        out.append(f"role must be one of {ROLES}, got {row.role!r}")
-    for col in ("a", "b"):
-        text = getattr(row, col)
-        if text:
-            try:
-                parse(text, allow_variables=())
-            except ExpressionError as e:
-                out.append(str(e))
-    if not row.a:
-        out.append("a is empty")
-    if row.kind == "setup":
-        return out
-    if row.comparison not in COMPARISONS:
-        out.append(f"comparison must be one of {COMPARISONS}, got {row.comparison!r}")
-    elif row.comparison == "ratio":
-        if row.direction not in DIRECTIONS:
-            out.append(f"a ratio needs a direction in {DIRECTIONS}, got {row.direction!r}")
-        if bool(row.band_low) != bool(row.band_high):
-            out.append("a band needs both band_low and band_high")
-        elif row.band_low and not float(row.band_low) < float(row.band_high):
-            out.append("band_low must be below band_high")
-        if row.margin:
-            out.append("a margin belongs to an equivalence row")
-    elif row.comparison == "equivalence":
-        if not row.margin or not float(row.margin) > 0:
-            out.append("an equivalence row needs a margin > 0")
-        if row.direction or row.band_low or row.band_high:
-            out.append("an equivalence row has a margin, not a direction or band")
-    if row.reference and not float(row.reference) > 0:
-        out.append("reference must be > 0 (ratios are compared on the log)")
-    return out
-
 
 # -- per-repeat figures of a run --------------------------------------------------------------------
 
@@ -430,7 +200,7 @@ def judge(row: Mapping[str, Any], logs: np.ndarray) -> dict[str, Any]:
     else:
         band = (row.get("band_low"), row.get("band_high"))
         has_band = all(b is not None and not (isinstance(b, float) and math.isnan(b)) for b in band)
-        if has_band and (hi < float(band[0]) or lo > float(band[1])):
+        if has_band and (hi < float(band[0] or 0.0) or lo > float(band[1] or 0.0)):
             out["verdict"] = DIRECTION_ONLY
         else:
             out["verdict"] = REPRODUCED

@@ -13,6 +13,7 @@ Variables are read when asked for, not at import, so tests and the CLI can set t
 | `STUDY_PG_BINDIR` | directory of `initdb`/`postgres` | Debian's newest, or PATH |
 | `STUDY_FERRETDB_BIN` | FerretDB binary | `<repo>/.tools/bin/ferretdb`, or PATH |
 | `STUDY_TOXIPROXY_BIN` | Toxiproxy server binary | `<repo>/.tools/bin/toxiproxy-server`, or PATH |
+| `STUDY_FAULTS_JSON` | the fault suite's outcome table (tests/test_faults.py) | `<repo>/data/fault_suite.json` |
 """
 
 from __future__ import annotations
@@ -64,3 +65,7 @@ def ferretdb_bin() -> str | None:
 
 def toxiproxy_bin() -> str | None:
     return _env("STUDY_TOXIPROXY_BIN")
+
+
+def faults_json() -> Path:
+    return Path(_env("STUDY_FAULTS_JSON") or REPO_ROOT / "data" / "fault_suite.json")

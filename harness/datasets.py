@@ -7,7 +7,10 @@
   Decimal128 as in sample_airbnb on MongoDB; FerretDB v1 has no Decimal128 (it drops the
   connection on one), so there they are doubles of the same values, and the marker says so.
   Top-rated listings (rating >= 95) also carry `search_key` = "<market>|<price // 100>" (indexed),
-  the key of the FastAPI study's default, cheap query (see `listing_search_key`).
+  the key of the FastAPI study's `fast` query (see `listing_search_key`). Beside it, `listings_page`
+  (MongoDB's subset pattern): the top-rated listings' projected fields only, each with `page_key`
+  = "<min rating>|<page>", page k holding ranks 20k..20k+19 by (price, _id): the key of the study's
+  default query, whose page 0 is seed 000's answer (see `Listings.companions`).
 - `Accounts(n)`: the `acct` table of 002: `id` (primary key 1..n), `owner`, `balance`.
 
 Loading is idempotent: each dataset writes a marker (name, size, seed, format) beside itself and is
@@ -30,7 +33,7 @@ SEED = 20261130
 CUSTOMERS = 5_000
 FORMAT = 1
 MARKERS = "_datasets"
-_EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,8 @@ class Dataset:
 
 def order_document(i: int, rng: random.Random) -> dict[str, Any]:
     n_items = rng.randint(1, 3)
-    items = [{"sku": f"sku-{rng.randrange(10_000):05d}", "qty": rng.randint(1, 5),
-              "price": round(rng.uniform(1, 200), 2)} for _ in range(n_items)]
+    items: list[dict[str, Any]] = [{"sku": f"sku-{rng.randrange(10_000):05d}", "qty": rng.randint(1, 5),
+                                    "price": round(rng.uniform(1, 200), 2)} for _ in range(n_items)]
     return {
         "_id": i,
         "customer": f"c{rng.randrange(CUSTOMERS)}",
@@ -134,6 +137,21 @@ SEARCH_MIN_RATING = 95     # the seed's "high-rated" threshold
 SEARCH_PRICE_BAND = 100    # price bands of this width: about 27 top-rated listings per market and band
 
 
+# MongoDB's subset pattern for the FastAPI study's default query: a small companion collection of
+# the top-rated listings' projected fields, PAGE_SIZE per precomputed `page_key`, so that a request
+# reads and decodes one page of small documents (FerretDB pushes down the top-level equality only).
+PAGE_COLLECTION = "listings_page"
+PAGE_SIZE = 20             # the seed's page (`$limit: 20`)
+PAGE_FIELDS = ("name", "price", "property_type", "room_type", "accommodates", "address.market",
+               "address.country", "address.location.coordinates", "review_scores.review_scores_rating",
+               "host.host_name", "host.host_is_superhost", "amenities", "first_review", "last_review")
+
+
+def listing_page_key(page: int) -> str:
+    """`"<SEARCH_MIN_RATING>|<page>"`: page 0 is the seed's first page (rating >= 95, by price)."""
+    return f"{SEARCH_MIN_RATING}|{page}"
+
+
 def listing_search_key(doc: dict[str, Any]) -> str | None:
     """`"<market>|<band>"` for a listing rated at least SEARCH_MIN_RATING, else None."""
     if doc["review_scores"]["review_scores_rating"] < SEARCH_MIN_RATING:
@@ -152,6 +170,13 @@ class _MongoDataset(Dataset):
     def indexes(self, collection) -> None:
         pass
 
+    def companions_present(self, db) -> bool:
+        """True when the collections derived from this one are in place (none by default)."""
+        return True
+
+    def companions(self, db) -> None:
+        """Build the collections derived from this one, after it is loaded."""
+
     def _ensure(self, stack: ServerStack) -> bool:
         import pymongo
 
@@ -160,7 +185,7 @@ class _MongoDataset(Dataset):
             ferretdb = "ferretdbVersion" in client.admin.command("buildInfo")
             marker = {**self.marker(), "ferretdb": ferretdb}  # FerretDB: prices are doubles
             if db[MARKERS].find_one({"_id": self.name}) == marker \
-                    and db[self.name].estimated_document_count() == self.n:
+                    and db[self.name].estimated_document_count() == self.n and self.companions_present(db):
                 return False
             db[MARKERS].delete_one({"_id": self.name})
             db[self.name].drop()
@@ -174,6 +199,7 @@ class _MongoDataset(Dataset):
             if docs:
                 db[self.name].insert_many(docs, ordered=False)
             self.indexes(db[self.name])
+            self.companions(db)
             db[MARKERS].insert_one(marker)
         return True
 
@@ -208,6 +234,38 @@ class Listings(_MongoDataset):
         collection.create_index("review_scores.review_scores_rating")
         collection.create_index("search_key")
 
+    def companions_present(self, db) -> bool:
+        m = db[MARKERS].find_one({"_id": PAGE_COLLECTION})
+        return m is not None and m.get("format") == self._page_format() \
+            and db[PAGE_COLLECTION].estimated_document_count() == m.get("n")
+
+    def _page_format(self) -> dict[str, Any]:
+        return {"of": self.name, "n_listings": self.n, "seed": SEED, "page_size": PAGE_SIZE,
+                "min_rating": SEARCH_MIN_RATING, "fields": list(PAGE_FIELDS), "order": ["price", "_id"]}
+
+    def companions(self, db) -> None:
+        """`listings_page`, built from the loaded listings (so it is what they hold, on either server):
+        the top-rated listings ranked by (price, _id), PAGE_SIZE to a `page_key`. Deterministic; its
+        marker (`_datasets`, `_id` "listings_page") records the format and the page sizes."""
+        def price(d: dict[str, Any]) -> Decimal:
+            v = d["price"]
+            return v.to_decimal() if hasattr(v, "to_decimal") else Decimal(str(v))
+
+        db[MARKERS].delete_one({"_id": PAGE_COLLECTION})
+        db[PAGE_COLLECTION].drop()
+        top = db[self.name].find({"review_scores.review_scores_rating": {"$gte": SEARCH_MIN_RATING}},
+                                 {f: 1 for f in PAGE_FIELDS})
+        ranked = sorted(top, key=lambda d: (price(d), d["_id"]))
+        for rank, d in enumerate(ranked):
+            d["page_key"] = listing_page_key(rank // PAGE_SIZE)
+        if ranked:
+            db[PAGE_COLLECTION].insert_many(ranked, ordered=False)
+        db[PAGE_COLLECTION].create_index("page_key")
+        sizes = [min(PAGE_SIZE, len(ranked) - k) for k in range(0, len(ranked), PAGE_SIZE)]
+        db[MARKERS].insert_one({"_id": PAGE_COLLECTION, "format": self._page_format(), "n": len(ranked),
+                                "pages": len(sizes), "largest_page": max(sizes, default=0),
+                                "smallest_page": min(sizes, default=0)})
+
 
 # --------------------------------------------------------------------------------------- PostgreSQL
 
@@ -223,7 +281,7 @@ class Accounts(Dataset):
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARKERS} (name text PRIMARY KEY, marker jsonb)")
             row = conn.execute(f"SELECT marker FROM {MARKERS} WHERE name = %s", (self.name,)).fetchone()
-            if row and row[0] == marker and conn.execute("SELECT to_regclass('acct')").fetchone()[0]:
+            if row and row[0] == marker and (conn.execute("SELECT to_regclass('acct')").fetchone() or (None,))[0]:
                 return False
             with conn.transaction():
                 conn.execute("DROP TABLE IF EXISTS acct")

@@ -131,8 +131,8 @@ def identify_postgres(dsn: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
-        version = conn.execute("SELECT version()").fetchone()[0]
-        short = conn.execute("SHOW server_version").fetchone()[0]
+        version = (conn.execute("SELECT version()").fetchone() or ("",))[0]
+        short = (conn.execute("SHOW server_version").fetchone() or ("",))[0]
         settings = dict(conn.execute(
             "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
             (list(POSTGRES_SETTINGS_SHOWN),)).fetchall())

@@ -3,7 +3,9 @@ start the listings app (harness.apps.listings_api) per variant, drive it with Lo
 or a master and workers on loopback) and optionally with the open-loop generator, and record the
 raw tables and the hold-window figures the bottleneck rules need (harness.analysis.fastapi).
 
-See harness/experiments/fastapi_locust.py for the tables and the settings.
+See harness/experiments/fastapi_locust.py for the tables and the settings. The settings object `p`
+this module reads is that experiment's parameters (`FastapiLocustParams`), taken by attribute so
+that this floor does not import the experiments' one.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import psutil
 from . import datasets, openloop, processes
 from .config import REPO_ROOT
 from .errors import HarnessError
-from .experiments.base import Params
+from .interpreters import study_python
 from .measure import CPUSampler, find_postmaster, machine_busy_s
 
 LOCUSTFILE = REPO_ROOT / "harness" / "apps" / "locustfile.py"
@@ -39,79 +40,22 @@ VARIANTS: dict[str, tuple[str, int]] = {   # label -> (app variant, AnyIO thread
     "async": ("async", 40),
     "mixed": ("mixed", 40),
 }
-QUERIES = ("fast", "seed")
+QUERIES = ("page", "fast", "seed")
 # Microsoft: "Availability zones are connected by a high-performance network with a round-trip
 # latency of less than approximately 2 ms" (learn.microsoft.com, "What are availability zones?").
 # Fixed before the first run; never tuned to results.
 CLOUD_RTT_MS = 2.0
 
 
-@dataclass(frozen=True)
-class FastapiLocustParams(Params):
-    via_proxy: bool = True                 # seed 000 ran against a cloud database (Atlas)
-    rtt_ms: float = CLOUD_RTT_MS
-    documents: int = 5_555                 # sample_airbnb's listingsAndReviews size
-    variants: tuple[str, ...] = tuple(VARIANTS)
-    query: str = "fast"                    # fast | seed (see the module docstring)
-    market: str = "Porto"                  # query fast: search_key = "<market>|<band>"
-    band: int = 1                          # price band (price // 100): 31 listings for Porto|1
-    loop: str = "asyncio"                  # uvicorn --loop: asyncio | uvloop
-    min_rating: int = 95                   # query seed: rating >= min_rating, sorted by price...
-    page_size: int = 20                    # ...first page_size listings
-    users: int = 500                       # the seed's peak
-    spawn_rate: float = 10.0               # users/s: 500 users after 50 s
-    hold_s: float = 30.0                   # at `users` after the ramp
-    wait_min_s: float = 0.5                # Locust think time between a user's requests
-    wait_max_s: float = 1.5
-    request_timeout_s: float = 60.0        # FastHttpUser timeouts (Locust's default)
-    locust_workers: int = 0                # 0: one Locust process; N: master + N workers on loopback
-    saturation_workers: int = 2            # rerun a saturated variant with master + N workers (0: never)
-    openloop_variants: tuple[str, ...] = ()
-    openloop_rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.9)  # of the variant's hold throughput
-    openloop_rates: tuple[float, ...] = ()  # fixed rates (req/s); when set, used instead of fractions
-    openloop_min_rate: float = 0.2
-    openloop_duration_s: float = 25.0
-    openloop_connections: int = 16
-    openloop_drain_s: float = 15.0
-    health_timeout_s: float = 60.0
-    cpu_sample_s: float = 1.0
-    ping_count: int = 50
-    timeout_s: float = 900.0
-
-    @property
-    def ramp_s(self) -> float:
-        return self.users / self.spawn_rate
-
-    @property
-    def run_time_s(self) -> int:
-        return int(round(self.ramp_s + self.hold_s))
-
-    def validate(self) -> None:
-        super().validate()
-        self.require_positive("documents", "page_size", "users", "spawn_rate", "hold_s",
-                              "request_timeout_s", "openloop_duration_s", "openloop_connections",
-                              "openloop_min_rate", "health_timeout_s", "cpu_sample_s", "ping_count")
-        self.require_non_negative("wait_min_s", "wait_max_s", "locust_workers", "saturation_workers",
-                                  "openloop_drain_s", "openloop_rate_fractions", "openloop_rates", "band",
-                                  "rtt_ms")
-        self.require_choice("variants", tuple(VARIANTS))
-        self.require_choice("openloop_variants", tuple(VARIANTS))
-        self.require_choice("loop", ("asyncio", "uvloop"))
-        self.require_choice("query", QUERIES)
-        if not 0 <= self.min_rating <= 100:
-            raise HarnessError(f"parameter min_rating must be a review score from 0 to 100, got {self.min_rating}")
-        if self.wait_max_s < self.wait_min_s:
-            raise HarnessError("parameter wait_max_s must be at least wait_min_s")
-        if self.rtt_ms and not self.via_proxy:
-            raise HarnessError("parameter rtt_ms needs via_proxy=true")
-
-    @property
-    def path(self) -> str:
-        if self.query == "fast":
-            q = {"market": self.market, "band": self.band, "limit": self.page_size}
-        else:
-            q = {"min_rating": self.min_rating, "limit": self.page_size}
-        return "/listings/top?" + urllib.parse.urlencode(q)
+def request_path(query: str, *, page: int, market: str, band: int, min_rating: int, limit: int) -> str:
+    """The one request every Locust user repeats (path and query string) for `query`."""
+    if query == "page":
+        q: dict[str, Any] = {"page": page, "limit": limit}
+    elif query == "fast":
+        q = {"market": market, "band": band, "limit": limit}
+    else:
+        q = {"min_rating": min_rating, "limit": limit}
+    return "/listings/top?" + urllib.parse.urlencode(q)
 
 
 CPU_WARNING = re.compile(r"CPU usage (above|was too high|threshold was exceeded)")
@@ -131,18 +75,29 @@ def ping(uri: str, n: int) -> dict[str, Any]:
     return {"n": n, "median_ms": statistics.median(rtts), "min_ms": min(rtts), "max_ms": max(rtts)}
 
 
+# query -> (collection, top-level key) that wants a GIN index in FerretDB's PostgreSQL table
+INDEXED_KEYS: dict[str, tuple[str, str]] = {
+    "page": (datasets.PAGE_COLLECTION, "page_key"),
+    "fast": (datasets.Listings.name, "search_key"),
+}
+
+
 class search_index:
-    """FerretDB only: a GIN index on `_jsonb -> 'search_key'` in its PostgreSQL table for the run.
+    """FerretDB only: a GIN index on `_jsonb -> '<key>'` in the PostgreSQL table of the query's
+    collection (INDEXED_KEYS), for the run.
 
-    FerretDB 1.24 turns `{"search_key": k}` into `_jsonb->'search_key' @> k`, which the btree index
-    FerretDB itself creates for `create_index("search_key")` cannot serve; the GIN index can.
-    Dropped afterwards. What was done (and the plan) is noted as `ferretdb_search_index`."""
+    FerretDB 1.24 turns `{key: k}` into `_jsonb->'key' @> k`, which the btree index FerretDB itself
+    creates for `create_index(key)` cannot serve; the GIN index can. Dropped afterwards. What was
+    done (and the plan for one key value) is noted as `ferretdb_search_index`."""
 
-    def __init__(self, ctx, wanted: bool):
-        self.ctx, self.wanted, self.conn, self.index = ctx, wanted, None, None
+    def __init__(self, ctx, query: str, probe: str = ""):
+        self.ctx, self.query, self.probe = ctx, query, probe
+        self.wanted = query in INDEXED_KEYS
+        self.conn: Any = None
+        self.index: str | None = None
 
     def __enter__(self):
-        info: dict[str, Any] = {"requested": self.wanted, "created": False}
+        info: dict[str, Any] = {"requested": self.wanted, "created": False, "query": self.query}
         m = self.ctx.servers.mongodb
         backend = m.backend_uri if m is not None else None
         if self.wanted and (m is None or m.implementation != "ferretdb"):
@@ -152,25 +107,29 @@ class search_index:
                 info["skipped"] = "FerretDB's PostgreSQL backend is not known to the harness"
             else:
                 import psycopg
+                from psycopg import sql
+                from psycopg.types.json import Jsonb
 
                 from .servers import FERRETDB_PG_DB
 
+                collection, key = INDEXED_KEYS[self.query]
                 self.conn = psycopg.connect(backend.rsplit("/", 1)[0] + f"/{FERRETDB_PG_DB}", autocommit=True)
                 row = self.conn.execute(
                     f'SELECT _jsonb->>\'table\' FROM "{datasets.STUDY_DB}"._ferretdb_database_metadata '
-                    "WHERE _jsonb->>'_id' = %s", (datasets.Listings.name,)).fetchone()
+                    "WHERE _jsonb->>'_id' = %s", (collection,)).fetchone()
                 if row is None:
-                    info["skipped"] = "no backing table found"
+                    info["skipped"] = f"no backing table found for {collection}"
                 else:
-                    self.index = f"{row[0]}_search_key_gin_harness"
+                    self.index = f"{row[0]}_{key}_gin_harness"
                     table = f'"{datasets.STUDY_DB}"."{row[0]}"'
                     self.conn.execute(f'CREATE INDEX IF NOT EXISTS "{self.index}" ON {table} '
-                                      "USING gin ((_jsonb -> 'search_key'))")
+                                      f"USING gin ((_jsonb -> '{key}'))")
                     self.conn.execute(f"ANALYZE {table}")
-                    plan = self.conn.execute(
-                        f"EXPLAIN SELECT _jsonb FROM {table} WHERE _jsonb -> 'search_key' @> '\"Porto|1\"'"
-                    ).fetchall()
-                    info.update(created=True, index=self.index, plan=[r[0] for r in plan])
+                    plan = self.conn.execute(sql.SQL("EXPLAIN SELECT _jsonb FROM {} WHERE _jsonb -> {} @> {}").format(
+                        sql.Identifier(datasets.STUDY_DB, row[0]), sql.Literal(key),
+                        sql.Literal(Jsonb(self.probe)))).fetchall()
+                    info.update(created=True, collection=collection, key=key, index=self.index,
+                                plan=[r[0] for r in plan])
         self.ctx.note("ferretdb_search_index", info)
         return info
 
@@ -398,7 +357,8 @@ class Variant:
     def _generator(self, prefix: Path, attempt: int, workers: int, env: dict[str, str]) -> list:
         """Locust: one process, or a master and `workers` workers talking over loopback only."""
         p = self.p
-        common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "INFO"]
+        # Locust stays on the study's interpreter when the app runs on another (`--python`).
+        common = [study_python(), "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "INFO"]
         run_args = ["--headless", "-u", str(p.users), "-r", str(p.spawn_rate), "-t", f"{p.run_time_s}s",
                     "--host", self.url, "--csv", str(prefix), "--csv-full-history", "--only-summary",
                     "--stop-timeout", "1"]  # past the hold: no figure uses the stop

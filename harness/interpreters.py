@@ -30,10 +30,10 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 from .errors import HarnessError
 
@@ -90,7 +90,8 @@ class Venv:
     interpreter: Interpreter
     python: str           # the venv's python: what client children are started with
     path: str
-    source: str           # "requirements.lock" | "pyproject.toml (pinned to the study environment)" | "study environment"
+    # "requirements.lock" | "pyproject.toml (pinned to the study environment)" | "study environment"
+    source: str
     source_sha256: str | None
     mode: str             # "full" | "client" | "study"
     packages: dict        # name -> version of the client packages, as installed
@@ -354,7 +355,8 @@ def _marker_env(interp: Interpreter) -> dict[str, str]:
     return {"python_version": ".".join(interp.version.split(".")[:2]), "python_full_version": interp.version,
             "implementation_name": interp.implementation, "sys_platform": sys.platform,
             "platform_system": platform.system(), "platform_machine": platform.machine(), "os_name": os.name,
-            "platform_python_implementation": "CPython" if interp.implementation == "cpython" else interp.implementation}
+            "platform_python_implementation": ("CPython" if interp.implementation == "cpython"
+                                               else interp.implementation)}
 
 
 def lock_pins(interp: Interpreter) -> dict[str, str]:
@@ -370,7 +372,7 @@ def lock_pins(interp: Interpreter) -> dict[str, str]:
             continue
         spec = next(iter(req.specifier), None)
         if spec is not None and spec.operator == "==":
-            pins[canonicalize_name(req.name)] = spec.version
+            pins[str(canonicalize_name(req.name))] = spec.version
     return pins
 
 

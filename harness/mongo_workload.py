@@ -24,8 +24,9 @@ import asyncio
 import random
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .datasets import CUSTOMERS
@@ -46,7 +47,7 @@ CLOSED_LOOP_SAMPLES = {"variant": "str", "loop": "str", "driver": "str", "pool_s
                        "error": "str"}
 
 
-def run_async(main: Callable[[], Awaitable[Any]], *, loop: str = "asyncio") -> Any:
+def run_async(main: Callable[[], Coroutine[Any, Any, Any]], *, loop: str = "asyncio") -> Any:
     """Run `main()` to completion on a fresh event loop of the given kind."""
     if loop == "asyncio":
         factory = None
@@ -64,11 +65,38 @@ def run_async(main: Callable[[], Awaitable[Any]], *, loop: str = "asyncio") -> A
 # operation, so a closed loop of 200 tasks ran into the worker's timeout). No effect while it is up.
 SERVER_SELECTION_TIMEOUT_MS = 5_000
 
+# The stated operation time-out of every MongoDB experiment's client: a server that stops answering
+# but keeps its sockets open fails the operation after this long instead of holding it until the
+# repeat's timeout_s stops the worker (fault class 4). It is a network read time-out
+# (socketTimeoutMS), so it only counts while a request is on the wire: a task's wait for a pooled
+# connection, which mongo_pool measures, is never cut short (timeoutMS or waitQueueTimeoutMS would
+# turn that wait into errors). 30 s is about 3x the longest legitimate single reply measured on
+# FerretDB here (11 s: one 16 MiB mongo_cursor batch of the full 100,000 documents; insert_many of
+# 100,000 documents, one reply: 6 s), and below every repeat's timeout_s. mongo_bulk states its own
+# timeoutMS, which PyMongo applies instead (its bulk upserts answer in one reply of tens of seconds).
+SOCKET_TIMEOUT_MS = 30_000
+# PyMongo's default, stated: the monitor's heartbeat check times out after this, and then interrupts
+# the operations in use on that server. On a stalled path that often ends them before the read
+# time-out (plus the driver's one read retry) does: measured by tests/test_faults.py, class 4.
+CONNECT_TIMEOUT_MS = 20_000
+
+
+def client_timeouts(**options: Any) -> dict[str, Any]:
+    """`options` with the stated time-outs added where not given (passed to every client)."""
+    return {"serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS, "socketTimeoutMS": SOCKET_TIMEOUT_MS,
+            "connectTimeoutMS": CONNECT_TIMEOUT_MS, **options}
+
+
+def note_timeouts(ctx: Any, **options: Any) -> None:
+    """Record the clients' time-outs in the repeat (result.json and the manifest)."""
+    ctx.note("mongodb_client_timeouts_ms", {k: v for k, v in client_timeouts(**options).items()
+                                            if k.lower().endswith("timeoutms")})
+
 
 @asynccontextmanager
 async def async_client(uri: str, *, driver: str = "pymongo", **options: Any) -> AsyncIterator[Any]:
     """An async client for the running loop; closed on exit (PyMongo: awaited; Motor: sync)."""
-    options.setdefault("serverSelectionTimeoutMS", SERVER_SELECTION_TIMEOUT_MS)
+    options = client_timeouts(**options)
     if driver == "pymongo":
         from pymongo import AsyncMongoClient
 
@@ -80,11 +108,11 @@ async def async_client(uri: str, *, driver: str = "pymongo", **options: Any) -> 
     elif driver == "motor":
         from motor.motor_asyncio import AsyncIOMotorClient
 
-        client = AsyncIOMotorClient(uri, **options)
+        motor_client = AsyncIOMotorClient(uri, **options)
         try:
-            yield client
+            yield motor_client
         finally:
-            client.close()
+            motor_client.close()  # type: ignore[unused-coroutine]  # synchronous in Motor; its stubs say otherwise
     else:
         raise ValueError(f"driver must be one of {DRIVERS}, got {driver!r}")
 
@@ -172,7 +200,7 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 
 def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: int, tasks: int,
                   semaphore: bool, duration_s: float, warmup_s: float, seed: int,
-                  backend: "BackendConnections | None" = None, **fields: Any) -> list[dict[str, Any]]:
+                  backend: BackendConnections | None = None, **fields: Any) -> list[dict[str, Any]]:
     """One async closed-loop variant on its own loop and client: warm-up, then a measured window.
 
     Records the window (wall, process CPU, ops; with `backend`, the most connections FerretDB held
@@ -204,13 +232,12 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
 
 def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, duration_s: float,
-                    warmup_s: float, seed: int, backend: "BackendConnections | None" = None,
+                    warmup_s: float, seed: int, backend: BackendConnections | None = None,
                     **fields: Any) -> list[dict[str, Any]]:
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
 
-    with pymongo.MongoClient(ctx.servers.mongodb_uri, maxPoolSize=pool_size,
-                             serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as client:
+    with pymongo.MongoClient(ctx.servers.mongodb_uri, **client_timeouts(maxPoolSize=pool_size)) as client:
         col = orders(client)
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
@@ -231,14 +258,14 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
 def is_ferretdb(uri: str) -> bool:
     import pymongo
 
-    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as c:
+    with pymongo.MongoClient(uri, **client_timeouts()) as c:
         return "ferretdbVersion" in c.admin.command("buildInfo")
 
 
 def _plan_of(uri: str) -> dict[str, Any]:
     import pymongo
 
-    with pymongo.MongoClient(uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS) as c:
+    with pymongo.MongoClient(uri, **client_timeouts()) as c:
         plan = c[STUDY_DB].command("explain", {"find": COLLECTION, "filter": {"customer": "c0"}})
     qp = plan.get("queryPlanner", {})
     node = qp.get("Plan") or qp.get("winningPlan") or {}
@@ -385,8 +412,8 @@ class BackendConnections:
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 while True:
-                    n = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
-                                     "AND pid <> pg_backend_pid()", (FERRETDB_PG_DB,)).fetchone()[0]
+                    n = (conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                      "AND pid <> pg_backend_pid()", (FERRETDB_PG_DB,)).fetchone() or (0,))[0]
                     self.max = n if self.max != self.max else max(self.max, n)  # NaN != NaN
                     if self._stop.wait(self.interval_s):
                         return

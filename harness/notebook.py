@@ -25,9 +25,10 @@ Figures are drawn from ok cells only (`Run.table` keeps those); `cells_note()` s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 

@@ -45,9 +45,10 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .measure import ServerCPU, Window, error_text, find_postmaster, machine_busy_s  # noqa: F401 (re-exported)
 from .processes import child_main

@@ -14,9 +14,10 @@ Every setting is read back and recorded; a read-back that differs from what was 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import psutil
 

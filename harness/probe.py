@@ -38,17 +38,18 @@ class LoopProbe:
         self.t0 = t0
         self.samples: list[tuple[float, float]] = []
         self._task: asyncio.Task | None = None
-        self._started = None
+        self._started: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"LoopProbe(interval_s={self.interval_s}, samples={len(self.samples)})"
 
-    async def __aenter__(self) -> "LoopProbe":
+    async def __aenter__(self) -> LoopProbe:
         if self.t0 is None:
             self.t0 = time.perf_counter()
-        self._started = asyncio.get_running_loop().create_future()
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._started = started
         self._task = asyncio.create_task(self._run(), name="loop-probe")
-        await self._started  # the probe's first sleep is armed before the block starts
+        await started  # the probe's first sleep is armed before the block starts
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -65,11 +66,13 @@ class LoopProbe:
         interval = self.interval_s
         append = self.samples.append
         t0 = self.t0
+        started = self._started
+        assert t0 is not None and started is not None  # set by __aenter__
         first = True
         while True:
             due = perf() + interval
             if first:
-                self._started.set_result(None)
+                started.set_result(None)
                 first = False
             await sleep(interval)
             now = perf()

@@ -25,16 +25,16 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from . import processes
+from . import config, processes
+from .config import REPO_ROOT
 from .errors import HarnessError
 from .redact import redact
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MONGO_IMAGE = "mongo:8.2"
 POSTGRES_IMAGE = "postgres:17"
 STUDY_DB = "study"            # MongoDB database and PostgreSQL database holding the datasets
@@ -114,7 +114,7 @@ class ServerStack:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "ServerStack":
+    def from_json(cls, d: dict) -> ServerStack:
         return cls(
             mongodb=Server(**d["mongodb"]) if d.get("mongodb") else None,
             postgres=Server(**d["postgres"]) if d.get("postgres") else None,
@@ -165,7 +165,7 @@ def check_targets() -> None:
     from psycopg.conninfo import conninfo_to_dict
     from pymongo.uri_parser import parse_uri
 
-    uri, dsn = os.environ.get("STUDY_MONGODB_URI"), os.environ.get("STUDY_POSTGRES_DSN")
+    uri, dsn = config.mongodb_uri(), config.postgres_dsn()
     if uri and not uri.startswith("mongodb+srv://"):  # an SRV URI needs DNS: checked on connect
         try:
             parse_uri(uri)
@@ -201,7 +201,7 @@ def check_postgres(dsn: str, label: str) -> None:
 
 def postgres_bindir() -> Path:
     """The directory holding initdb and postgres: $STUDY_PG_BINDIR, Debian's newest, or PATH."""
-    explicit = os.environ.get("STUDY_PG_BINDIR")
+    explicit = config.pg_bindir()
     candidates = [Path(explicit)] if explicit else []
     debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
                     if Path(p).parent.name.isdigit() else 0)
@@ -220,7 +220,7 @@ def postgres_bindir() -> Path:
 
 
 def ferretdb_binary() -> Path | None:
-    for c in (os.environ.get("STUDY_FERRETDB_BIN"), str(REPO_ROOT / ".tools/bin/ferretdb"),
+    for c in (config.ferretdb_bin(), str(REPO_ROOT / ".tools/bin/ferretdb"),
               shutil.which("ferretdb")):
         if c and Path(c).exists():
             return Path(c)
@@ -410,7 +410,7 @@ def local_mongod(state_dir: Path, mongod: str, detach: bool = False) -> Iterator
 
 
 def toxiproxy_binary() -> Path | None:
-    for c in (os.environ.get("STUDY_TOXIPROXY_BIN"), str(REPO_ROOT / ".tools/bin/toxiproxy-server"),
+    for c in (config.toxiproxy_bin(), str(REPO_ROOT / ".tools/bin/toxiproxy-server"),
               shutil.which("toxiproxy-server")):
         if c and Path(c).exists():
             return Path(c)
@@ -510,7 +510,7 @@ def docker_postgres() -> Iterator[Server]:
 
 
 def state_file() -> Path:
-    return Path(os.environ.get("STUDY_STATE_DIR", REPO_ROOT / ".harness")) / "servers.json"
+    return config.state_dir() / "servers.json"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -548,17 +548,17 @@ def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | No
         raise HarnessError(f"unknown server role(s) {sorted(unknown)}; known: {list(SERVERS)}")
     want_proxy = PROXY in needs
     needs -= {PROXY}
-    source = os.environ.get("STUDY_SERVER_SOURCE", "auto")
-    if source not in ("auto", "docker", "local"):
+    source = config.server_source()
+    if source not in config.SERVER_SOURCES:
         raise HarnessError(f"STUDY_SERVER_SOURCE must be auto, docker or local, not {source!r}")
 
     stack = ServerStack()
-    explicit = {"mongodb": os.environ.get("STUDY_MONGODB_URI"),
-                "postgres": os.environ.get("STUDY_POSTGRES_DSN")}
+    explicit = {"mongodb": config.mongodb_uri(), "postgres": config.postgres_dsn()}
     for role, var in (("mongodb", "STUDY_MONGODB_URI"), ("postgres", "STUDY_POSTGRES_DSN")):
-        if role in needs and explicit[role]:
-            (check_mongodb if role == "mongodb" else check_postgres)(explicit[role], var)
-            setattr(stack, role, Server(role, explicit[role], "env", "unknown"))
+        target = explicit[role]
+        if role in needs and target:
+            (check_mongodb if role == "mongodb" else check_postgres)(target, var)
+            setattr(stack, role, Server(role, target, "env", "unknown"))
 
     missing = {r for r in needs if getattr(stack, r) is None}
     if (missing or want_proxy) and not detach:
@@ -603,6 +603,7 @@ def provision(needs: tuple[str, ...] | set[str] = ROLES, *, state_dir: Path | No
                 if mongod:
                     stack.mongodb = cleanup.enter_context(local_mongod(state_dir, mongod, detach))
                 else:
+                    assert local_pg is not None  # FerretDB's PostgreSQL, started above when mongodb is missing
                     stack.mongodb = cleanup.enter_context(local_ferretdb(state_dir, local_pg, detach))
             if local_pg is not None:
                 stack.owned.append(["postgres", local_pg.pids[0]])

@@ -26,13 +26,14 @@ A bootstrap over 3 repeats collapses to their range, hence t-intervals on the lo
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-PERCENTILE_METHOD = "linear"
+PERCENTILE_METHOD: Final = "linear"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
 # pyperf's rule of thumb: a spread this large between repeats means the figure is not stable.
 UNSTABLE_CV = 0.10
@@ -50,7 +51,7 @@ def percentiles(values: Sequence[float] | np.ndarray, qs: Iterable[float] = PERC
     qs = list(qs)
     if arr.size == 0:
         return np.full(len(qs), np.nan)
-    return np.percentile(arr, qs, method=PERCENTILE_METHOD)
+    return np.asarray(np.percentile(arr, np.asarray(qs, dtype=float), method=PERCENTILE_METHOD))
 
 
 def latency_summary(latency_s: Sequence[float] | np.ndarray) -> dict[str, float]:
@@ -210,7 +211,7 @@ def stability_text(cv: float, n: int) -> str:
 
 
 def summarise(values: Sequence[float] | Mapping[int, float] | np.ndarray,
-              confidence: float = CONFIDENCE) -> dict[str, object]:
+              confidence: float = CONFIDENCE) -> dict[str, Any]:
     """One figure over repeats: n, median, geometric mean with a t-interval on the log (`ci_low`,
     `ci_high`), CV (std ddof=1 / mean), `unstable` (CV >= 10% with n >= 5) and `stability`, a text.
 

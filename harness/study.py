@@ -197,6 +197,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     planned = plan(names, profile, overrides, repeat)
     placement_mod.check(placement)
     store.check_writable(data_dir)
+    servers.check_targets()  # a bad STUDY_* URI fails here, before a run directory exists
     # venvs are built here, before any server starts and outside every measurement
     venv = interpreters.prepare([python])[0] if python else None
     prepared = {p.experiment.name: p.experiment.prepare(p.params) for p in planned

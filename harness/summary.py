@@ -174,11 +174,12 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     both = ha.merge(hb, on=key, how="outer", suffixes=("_a", "_b"))
     rows = []
     for r in both.to_dict("records"):
-        def g(k, side):
+        def g(k, side, r=r):
             v = r.get(f"{k}_{side}")
             return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
         ratio = (g("median", "b") / g("median", "a")) if g("median", "a") and g("median", "b") else None
-        nratio = (g("normalised", "b") / g("normalised", "a")) if g("normalised", "a") and g("normalised", "b") else None
+        nratio = ((g("normalised", "b") / g("normalised", "a")) if g("normalised", "a") and g("normalised", "b")
+                  else None)
         rows.append({"figure": metric_name(r["experiment"], r["variant"], r["metric"]),
                      "unit": g("unit", "a") or g("unit", "b"),
                      "A": _fig(g("median", "a"), g("ci_low", "a"), g("ci_high", "a")),

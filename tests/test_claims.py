@@ -130,7 +130,8 @@ def _frame(run: store.Run, row: pd.Series, ratio: float, noise: np.ndarray) -> p
 
 def _verdict(tmp_path, row: pd.Series, ratio: float, noise=SMALL) -> str:
     run = _synthetic_run(tmp_path)
-    ev = claims.evaluate(run, frame=_frame(run, row, ratio, noise), ledger=LEDGER[LEDGER["claim_id"] == row["claim_id"]])
+    ev = claims.evaluate(run, frame=_frame(run, row, ratio, noise),
+                         ledger=LEDGER[LEDGER["claim_id"] == row["claim_id"]])
     return ev["verdict"].iloc[0]
 
 

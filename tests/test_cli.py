@@ -9,10 +9,9 @@ import time
 
 import psutil
 import pytest
+from conftest import REPO_ROOT
 
 from harness import registry, store
-
-from conftest import REPO_ROOT
 
 
 def harness(*args, env=None, timeout=120):

@@ -80,7 +80,7 @@ def test_cells_metrics_and_effects(factorial):
 
 def test_the_seed_ratios_come_from_the_ledger():
     seeds = analysis.seed_ratios()
-    for key, s in seeds.items():
+    for _key, s in seeds.items():
         assert "error" not in s, s
         assert s["ratio"] > 0
 

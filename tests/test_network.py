@@ -12,13 +12,12 @@ import psutil
 import psycopg
 import pymongo
 import pytest
+from conftest import REPO_ROOT
 from pymongo.errors import PyMongoError
 
 from harness import environment, network, registry, servers
 from harness.errors import HarnessError
 from harness.servers import Server, ServerStack
-
-from conftest import REPO_ROOT
 
 ROLES = ("mongodb", "postgres")
 

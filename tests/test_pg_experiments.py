@@ -108,7 +108,7 @@ def test_pg_models_analysis(models_run, tmp_path):
                 for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "littles_law_ms"):
                     assert f"{base}.{q}" in m
     assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
-    assert "pg_models.fast.pool%d.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" % p.pools[0] in m
+    assert f"pg_models.fast.pool{p.pools[0]}.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" in m
     table = postgres.seed_table(run)
     assert not table.empty and "threads + psycopg" in table.columns
 

@@ -8,14 +8,13 @@ import time
 
 import httpx
 import psutil
-import pymongo
 import psycopg
+import pymongo
 import pytest
+from conftest import REPO_ROOT
 
 from harness import environment, servers
 from harness.errors import HarnessError
-
-from conftest import REPO_ROOT
 
 
 def _descendants() -> set[int]:
@@ -78,6 +77,18 @@ def test_bad_uri_fails_fast_with_a_clear_message(monkeypatch):
             pass
     assert "hunter2" not in str(e.value)
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize("var,value", [("STUDY_MONGODB_URI", "mongodb://127.0.0.1:notaport/"),
+                                       ("STUDY_POSTGRES_DSN", "nonsense")])
+def test_study_in_process_refuses_a_bad_uri_before_the_run_exists(var, value, monkeypatch, tmp_path):
+    """`study.run` called as a library (not through the CLI) checks the URIs before it creates a run."""
+    from harness import study
+
+    monkeypatch.setenv(var, value)
+    with pytest.raises(HarnessError, match=var):
+        study.run(["mongo_pool", "pg_models"], "smoke", None, None, tmp_path)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_external_uri_is_used_as_given(stack, monkeypatch):

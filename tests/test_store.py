@@ -96,9 +96,7 @@ def test_a_cell_with_any_failed_operation_is_failed(tmp_path):
 
 
 def test_failure_tolerance_and_infrastructure_failures(tmp_path):
-    from harness import worker
-
-    from harness import registry
+    from harness import registry, worker
 
     assert registry.get("fastapi_locust").failure_tolerance == 0.01
     ctx = _context(tmp_path, tolerance=0.01)
@@ -213,4 +211,5 @@ def test_repeats_follow_the_profile_unless_overridden():
     for p in study.plan(list(registry.all_experiments()), "full"):
         assert p.repeats >= 3, p.experiment.name
     assert {p.repeats for p in study.plan(list(registry.all_experiments()), "smoke")} == {1}
+    assert {p.repeats for p in study.plan(list(registry.all_experiments()), "quick")} == {1}  # issue 10: quick <= 4 min
     assert {p.repeats for p in study.plan(["mongo_pool", "pg_models"], "full", repeat=2)} == {2}

@@ -32,7 +32,8 @@ def test_throughputs_are_normalised_by_the_matching_ceiling(tmp_path):
     run = _run_dir(tmp_path, "r", {"calibration": _cal([1000.0, 1100.0, 900.0], [5e6, 5e6, 5e6])})
     frame = pd.DataFrame([
         {"experiment": "pg_models", "variant": "fast.pool20.uvloop_asyncpg", "metric": "rps", "unit": "req/s",
-         "repeat": k, "value": v, "better": "higher", "bottleneck": "client CPU"} for k, v in enumerate([500.0, 520.0, 480.0])
+         "repeat": k, "value": v, "better": "higher", "bottleneck": "client CPU"}
+        for k, v in enumerate([500.0, 520.0, 480.0])
     ] + [
         {"experiment": "mongo_pool", "variant": "bare", "metric": "throughput_qps", "unit": "queries/s",
          "repeat": k, "value": v, "better": "higher", "bottleneck": ""} for k, v in enumerate([2000.0, 2000.0, 2000.0])

@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import ledger as ledger_file
 from .. import stats
+from ..errors import HarnessError
 from ..experiments.base import variant_id
 from ..store import Run
 from . import MetricRows
@@ -121,11 +123,9 @@ def _level_ratio(c: pd.DataFrame, factor: str, level) -> dict[int, float]:
 
 def seed_ratios() -> dict[tuple[str, str], dict[str, Any]]:
     """The seeds' async / threads CPU ratios, from the claims ledger (NaN where it has none)."""
-    from .. import claims
-
     try:
-        ledger = claims.load().set_index("claim_id")
-    except Exception as e:  # the ledger is being reworked by others: say so rather than guess
+        ledger = ledger_file.load().set_index("claim_id")
+    except (HarnessError, OSError) as e:  # an unreadable ledger: say so beside the figures rather than guess
         return {k: {"claim": cid, "ratio": float("nan"), "error": str(e)} for k, (cid, _) in SEED_CLAIMS.items()}
     out = {}
     for key, (cid, inverted) in SEED_CLAIMS.items():

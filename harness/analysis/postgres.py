@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
+
 import numpy as np
 import pandas as pd
 
@@ -232,7 +233,7 @@ def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     numeric = [c for c in table.columns if c not in keys + ["repeat"]
                and pd.api.types.is_numeric_dtype(table[c])]
     rows = []
-    for key, g in table.groupby(keys, sort=False):
+    for _key, g in table.groupby(keys, sort=False):
         first = g.iloc[0].to_dict()
         first.update({c: stats.spread(g[c].to_numpy())["mean"] for c in numeric})
         first["repeats"] = len(g)
@@ -241,7 +242,7 @@ def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def config_label(regime: str, slow_ms: float, pool: int) -> str:
-    return f"{'%g ms queries' % slow_ms if regime == 'slow' else 'fast queries'}, pool {pool}"
+    return f"{f'{slow_ms:g} ms queries' if regime == 'slow' else 'fast queries'}, pool {pool}"
 
 
 def seed_table(run: Run) -> pd.DataFrame:
@@ -261,7 +262,7 @@ def seed_table(run: Run) -> pd.DataFrame:
     for (regime, slow_ms, pool), g in t.groupby(["regime", "slow_ms", "pool"], sort=False):
         by_model = g.set_index("model")
         for col, unit in quantities:
-            row = {"configuration": config_label(regime, slow_ms, pool), "quantity": unit}
+            row: dict[str, str | float] = {"configuration": config_label(regime, slow_ms, pool), "quantity": unit}
             for m in MODELS:
                 if m in by_model.index:
                     v = by_model.at[m, col]

@@ -10,20 +10,25 @@ One app, three variants chosen at start-up (never per request):
 - ``mixed``: ``async def`` endpoint calling the *synchronous* driver: every query blocks the event
   loop (the pitfall the seed warns about, measured here rather than asserted).
 
-Two queries, chosen at start-up (``LISTINGS_API_QUERY``):
+Three queries, chosen at start-up (``LISTINGS_API_QUERY``):
 
-- ``fast`` (default): ``find({"search_key": "<market>|<band>"}, PROJECTION)`` sorted by price, then
+- ``page`` (default): ``find({"page_key": "95|<page>"}, PROJECTION)`` on ``listings_page`` sorted
+  by price, then ``_id``: page ``page`` of the top-rated listings (rating >= 95) by price, the seed's
+  projected fields. ``listings_page`` is a companion collection of those listings' projected fields
+  only (MongoDB's subset pattern), 20 to a precomputed ``page_key`` (``harness.datasets.Listings``),
+  so a request reads about one page of small documents; page 0 is exactly the seed's answer.
+- ``fast``: ``find({"search_key": "<market>|<band>"}, PROJECTION)`` sorted by price, then
   ``_id``, first ``limit``: top-rated listings (rating >= 95) of one market and price band, cheapest
   first, nested fields projected. ``search_key`` is precomputed at write time (see
   ``harness.datasets.listing_search_key``) because FerretDB 1.24 pushes down top-level equality only:
-  with a GIN index on that key in FerretDB's PostgreSQL table, the database reads about 30 documents
-  per request instead of the whole collection.
+  with a GIN index on that key in FerretDB's PostgreSQL table, the database reads about 30 full
+  documents per request instead of the whole collection (FerretDB decodes each before sorting).
 - ``seed``: seed 000's aggregation (below), kept as it was.
 
 Configuration (environment, read once in the lifespan; the CLI below sets the same variables):
     LISTINGS_API_MONGODB_URI     the server (required)
     LISTINGS_API_VARIANT         sync | async | mixed                      (default async)
-    LISTINGS_API_QUERY           fast | seed                               (default fast)
+    LISTINGS_API_QUERY           page | fast | seed                        (default page)
     LISTINGS_API_STATS_FILE      if set, a thread appends every STATS_PERIOD_S a CSV line
                                  epoch_s,borrowed_tokens,total_tokens,in_flight,loop_lag_s (the
                                  thread limiter's busy tokens, requests inside the app, and how long
@@ -42,6 +47,7 @@ serves the app in one process; ``--loop uvloop`` selects uvloop:
 Endpoints:
     GET /health                  200 {"status": "ok", variant, thread_tokens, ...} once the client
                                  has reached the server (the lifespan pings it before serving).
+    GET /listings/top?page=0&limit=20                  (query page)
     GET /listings/top?market=Porto&band=1&limit=20     (query fast)
     GET /listings/top?min_rating=95&limit=20             (query seed): the seed's "complex aggregation": listings whose
                                  review_scores.review_scores_rating >= min_rating, sorted by price
@@ -74,9 +80,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 VARIANTS = ("sync", "async", "mixed")
-QUERIES = ("fast", "seed")
+QUERIES = ("page", "fast", "seed")
 STATS_PERIOD_S = 0.25
 COLLECTION = "listingsAndReviews"
+PAGE_COLLECTION = "listings_page"   # harness.datasets.PAGE_COLLECTION
+PAGE_MIN_RATING = 95                # harness.datasets.SEARCH_MIN_RATING
 DEFAULT_MIN_RATING = 95
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
@@ -131,7 +139,7 @@ class Settings:
         self.thread_tokens = int(env.get("LISTINGS_API_THREAD_TOKENS", "40"))
         self.db = env.get("LISTINGS_API_DB", "study")
         self.max_pool_size = int(env.get("LISTINGS_API_MAX_POOL_SIZE", "100"))
-        self.query = env.get("LISTINGS_API_QUERY", "fast")
+        self.query = env.get("LISTINGS_API_QUERY", "page")
         self.stats_file = env.get("LISTINGS_API_STATS_FILE", "")
         if self.query not in QUERIES:
             raise RuntimeError(f"LISTINGS_API_QUERY must be one of {', '.join(QUERIES)}, got {self.query!r}")
@@ -150,6 +158,11 @@ class Settings:
 def search_key(market: str, band: int) -> str:
     """The `search_key` value of the fast query (as `harness.datasets.listing_search_key` writes it)."""
     return f"{market}|{band}"
+
+
+def page_key(page: int) -> str:
+    """The `page_key` of the page query (as `harness.datasets.listing_page_key` writes it)."""
+    return f"{PAGE_MIN_RATING}|{page}"
 
 
 def _sort() -> list[tuple[str, int]]:
@@ -220,6 +233,7 @@ def create_app():
             await anyio.to_thread.run_sync(client.admin.command, "ping")
         state["client"] = client
         state["collection"] = client[settings.db][COLLECTION]
+        state["page_collection"] = client[settings.db][PAGE_COLLECTION]
         stats = _Stats(settings.stats_file, asyncio.get_running_loop(), limiter) if settings.stats_file else None
         state["stats"] = stats
         try:
@@ -259,11 +273,14 @@ def create_app():
             raise HTTPException(422, "query fast needs market and band")
         return {"search_key": search_key(market, band)}
 
-    query = os.environ.get("LISTINGS_API_QUERY", "fast")
+    query = os.environ.get("LISTINGS_API_QUERY", "page")
     variant = os.environ.get("LISTINGS_API_VARIANT", "async")
 
-    def sync_docs(min_rating, limit, market, band) -> list:
+    def sync_docs(min_rating, limit, market, band, page) -> list:
         coll = state["collection"]
+        if query == "page":
+            return list(state["page_collection"].find({"page_key": page_key(page)}, PROJECTION)
+                        .sort(_sort()).limit(_limit(limit)))
         if query == "fast":
             return list(coll.find(_fast(market, band), PROJECTION).sort(_sort()).limit(_limit(limit)))
         return list(coll.aggregate(pipeline(min_rating, _limit(limit))))
@@ -271,19 +288,24 @@ def create_app():
     if variant == "sync":
         @app.get("/listings/top")
         def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
-                         market: str | None = Query(None), band: int | None = Query(None)):
-            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band)))
+                         market: str | None = Query(None), band: int | None = Query(None), page: int = Query(0)):
+            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band, page)))
     elif variant == "mixed":
         @app.get("/listings/top")
         async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
-                               market: str | None = Query(None), band: int | None = Query(None)):
-            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band)))  # blocks the loop
+                               market: str | None = Query(None), band: int | None = Query(None),
+                               page: int = Query(0)):
+            return JSONResponse(to_json(sync_docs(min_rating, limit, market, band, page)))  # blocks the loop
     else:
         @app.get("/listings/top")
         async def top_listings(min_rating: int = Query(DEFAULT_MIN_RATING), limit: int = Query(DEFAULT_LIMIT),
-                               market: str | None = Query(None), band: int | None = Query(None)):
+                               market: str | None = Query(None), band: int | None = Query(None),
+                               page: int = Query(0)):
             coll = state["collection"]
-            if query == "fast":
+            if query == "page":
+                docs = await (state["page_collection"].find({"page_key": page_key(page)}, PROJECTION)
+                              .sort(_sort()).limit(_limit(limit)).to_list())
+            elif query == "fast":
                 docs = await coll.find(_fast(market, band), PROJECTION).sort(_sort()).limit(_limit(limit)).to_list()
             else:
                 docs = await (await coll.aggregate(pipeline(min_rating, _limit(limit)))).to_list()
@@ -301,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--variant", choices=VARIANTS, default=os.environ.get("LISTINGS_API_VARIANT", "async"))
     ap.add_argument("--thread-tokens", type=int, default=int(os.environ.get("LISTINGS_API_THREAD_TOKENS", "40")))
     ap.add_argument("--db", default=os.environ.get("LISTINGS_API_DB", "study"))
-    ap.add_argument("--query", choices=QUERIES, default=os.environ.get("LISTINGS_API_QUERY", "fast"))
+    ap.add_argument("--query", choices=QUERIES, default=os.environ.get("LISTINGS_API_QUERY", "page"))
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")

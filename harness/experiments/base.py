@@ -16,7 +16,7 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
         needs = ("mongodb",)
         params_type = CursorParams
         profiles = {"full": {}, "quick": {"documents": 20_000}, "smoke": {"documents": 2_000}}
-        repeats = {"smoke": 1, "quick": 3, "full": 10}
+        repeats = {"smoke": 1, "quick": 1, "full": 10}
         analysis = "harness.analysis.mongo"            # its metrics(run) names the headline figures
         headline = (Metric("max_stall_ms", "ms", "lower"),)
         tables = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", ...},
@@ -45,10 +45,11 @@ import logging
 import math
 import numbers as numbers_
 import typing
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -263,7 +264,7 @@ class Experiment:
         """Datasets (from `harness.datasets`) to load before the first repeat; outside any timing."""
         return []
 
-    def run(self, ctx: "Context") -> None:
+    def run(self, ctx: Context) -> None:
         raise NotImplementedError
 
 
@@ -273,7 +274,8 @@ class Context:
     def __init__(self, experiment: Experiment, params: Params, servers: ServerStack, out_dir: Path,
                  repeat: int):
         self.experiment = experiment
-        self.params = params
+        # Any: each experiment reads it as its own Params subclass (`p: PoolParams = ctx.params`)
+        self.params: Any = params
         self.servers = servers
         self.out_dir = out_dir
         self.repeat = repeat      # 0-based; `order()` counterbalances variants with it

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 from .. import datasets, network
 from ..errors import HarnessError
-from ..fastapi_workload import VARIANTS, FastapiLocustParams, Variant, ping, search_index
+from ..fastapi_workload import VARIANTS, Variant, ping, search_index
 from ..measure import error_text
 from .base import OTHER_COLUMNS, Experiment, Metric, variant_id, window_columns
+from .fastapi_locust import RESHAPING, FastapiLocustParams
 
 _ANY = {OTHER_COLUMNS: "any"}
 
@@ -98,7 +99,8 @@ class FastapiCrossover(Experiment):
         points = [("proxy", float(r)) for r in p.rtts_ms] + ([("direct", 0.0)] if p.direct else [])
         ctx.note("crossover_points", [{"path": a, "rtt_ms": b} for a, b in points])
         try:
-            with search_index(ctx, p.query == "fast"):
+            ctx.note("data_reshaping", RESHAPING.get(p.query, "none: the seed's aggregation"))
+            with search_index(ctx, p.query, p.index_probe):
                 for path, rtt in ctx.order(points):
                     self._point(ctx, p, api, name, path, rtt, proxy_uri, direct_uri)
         finally:

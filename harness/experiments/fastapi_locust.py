@@ -5,9 +5,13 @@ Variants (the `variant` column), each a fresh uvicorn process (one worker, loopb
     sync_40threads  the same with AnyIO's default 40 tokens
     async           `async def` endpoint, AsyncMongoClient (the seed's async side)
     mixed           `async def` endpoint calling the sync driver: blocks the event loop
-The app is `harness.apps.listings_api`; `query` picks its query: `fast` (default: one equality
-FerretDB 1.24 pushes down, on the precomputed `search_key`, about 30 documents read per request) or
-`seed` (seed 000's aggregation, which FerretDB answers by scanning the whole collection).
+The app is `harness.apps.listings_api`; `query` picks its query:
+    page   (default) one equality on `page_key` in `listings_page`, the dataset's companion
+           collection of the top-rated listings' projected fields, 20 to a key (MongoDB's subset
+           pattern): the database reads one page of small documents; page 0 is the seed's answer
+    fast   one equality on the listings' precomputed `search_key` (about 30 full documents decoded
+           per request by FerretDB)
+    seed   seed 000's aggregation, which FerretDB answers by scanning the whole collection
 
 Settings (fixed; the seed gives only "scaled up to 500 concurrent users"):
     ramp      `users` at `spawn_rate` users/s (full: 500 at 10/s, 50 s)
@@ -47,19 +51,114 @@ Tables (one repeat):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import psutil
 
 from .. import datasets
 from ..errors import HarnessError
-from ..fastapi_workload import (APP, CLOUD_RTT_MS, CPU_WARNING, LOCUSTFILE, QUERIES, REPO_ROOT, VARIANTS,
-                                FastapiLocustParams, Variant, ping, search_index)
+from ..fastapi_workload import (
+    APP,
+    CLOUD_RTT_MS,
+    CPU_WARNING,
+    LOCUSTFILE,
+    QUERIES,
+    REPO_ROOT,
+    VARIANTS,
+    Variant,
+    ping,
+    request_path,
+    search_index,
+)
 from ..measure import error_text
-from .base import OTHER_COLUMNS, Experiment, Metric, window_columns
+from .base import OTHER_COLUMNS, Experiment, Metric, Params, window_columns
 
 __all__ = ["APP", "CLOUD_RTT_MS", "CPU_WARNING", "LOCUSTFILE", "QUERIES", "REPO_ROOT", "VARIANTS", "FastapiLocust",
            "FastapiLocustParams"]
 _ANY = {OTHER_COLUMNS: "any"}
+
+
+@dataclass(frozen=True)
+class FastapiLocustParams(Params):
+    via_proxy: bool = True                 # seed 000 ran against a cloud database (Atlas)
+    rtt_ms: float = CLOUD_RTT_MS
+    documents: int = 5_555                 # sample_airbnb's listingsAndReviews size
+    variants: tuple[str, ...] = tuple(VARIANTS)
+    query: str = "page"                    # page | fast | seed (see the module docstring)
+    page: int = 0                          # query page: page 0 = the seed's first page
+    market: str = "Porto"                  # query fast: search_key = "<market>|<band>"
+    band: int = 1                          # price band (price // 100): 31 listings for Porto|1
+    loop: str = "asyncio"                  # uvicorn --loop: asyncio | uvloop
+    min_rating: int = 95                   # query seed: rating >= min_rating, sorted by price...
+    page_size: int = 20                    # ...first page_size listings
+    users: int = 500                       # the seed's peak
+    spawn_rate: float = 10.0               # users/s: 500 users after 50 s
+    hold_s: float = 30.0                   # at `users` after the ramp
+    wait_min_s: float = 0.5                # Locust think time between a user's requests
+    wait_max_s: float = 1.5
+    request_timeout_s: float = 60.0        # FastHttpUser timeouts (Locust's default)
+    locust_workers: int = 0                # 0: one Locust process; N: master + N workers on loopback
+    saturation_workers: int = 2            # rerun a saturated variant with master + N workers (0: never)
+    openloop_variants: tuple[str, ...] = ()
+    openloop_rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.9)  # of the variant's hold throughput
+    openloop_rates: tuple[float, ...] = ()  # fixed rates (req/s); when set, used instead of fractions
+    openloop_min_rate: float = 0.2
+    openloop_duration_s: float = 25.0
+    openloop_connections: int = 16
+    openloop_drain_s: float = 15.0
+    health_timeout_s: float = 60.0
+    cpu_sample_s: float = 1.0
+    ping_count: int = 50
+    timeout_s: float = 900.0
+
+    @property
+    def ramp_s(self) -> float:
+        return self.users / self.spawn_rate
+
+    @property
+    def run_time_s(self) -> int:
+        return int(round(self.ramp_s + self.hold_s))
+
+    def validate(self) -> None:
+        super().validate()
+        self.require_positive("documents", "page_size", "users", "spawn_rate", "hold_s",
+                              "request_timeout_s", "openloop_duration_s", "openloop_connections",
+                              "openloop_min_rate", "health_timeout_s", "cpu_sample_s", "ping_count")
+        self.require_non_negative("wait_min_s", "wait_max_s", "locust_workers", "saturation_workers",
+                                  "openloop_drain_s", "openloop_rate_fractions", "openloop_rates", "band", "page",
+                                  "rtt_ms")
+        self.require_choice("variants", tuple(VARIANTS))
+        self.require_choice("openloop_variants", tuple(VARIANTS))
+        self.require_choice("loop", ("asyncio", "uvloop"))
+        self.require_choice("query", QUERIES)
+        if not 0 <= self.min_rating <= 100:
+            raise HarnessError(f"parameter min_rating must be a review score from 0 to 100, got {self.min_rating}")
+        if self.wait_max_s < self.wait_min_s:
+            raise HarnessError("parameter wait_max_s must be at least wait_min_s")
+        if self.rtt_ms and not self.via_proxy:
+            raise HarnessError("parameter rtt_ms needs via_proxy=true")
+
+    @property
+    def path(self) -> str:
+        return request_path(self.query, page=self.page, market=self.market, band=self.band,
+                            min_rating=self.min_rating, limit=self.page_size)
+
+    @property
+    def index_probe(self) -> str:
+        """The key value the default request looks up (for the index's recorded plan)."""
+        if self.query == "page":
+            return datasets.listing_page_key(self.page)
+        return f"{self.market}|{self.band}"
+
+
+RESHAPING = {
+    "page": (f"subset pattern: `{datasets.PAGE_COLLECTION}` holds the projected fields of the listings rated "
+             f">= {datasets.SEARCH_MIN_RATING}, ranked by (price, _id), {datasets.PAGE_SIZE} to a `page_key` "
+             "'<min rating>|<page>' (built at load time from the listings; its marker in `_datasets`); "
+             "the request reads one key, so page 0 is the seed's first page"),
+    "fast": ("computed pattern: listings rated >= 95 carry `search_key` '<market>|<price // 100>'; "
+             "the request reads one key of the full collection"),
+}
 
 
 class FastapiLocust(Experiment):
@@ -117,7 +216,8 @@ class FastapiLocust(Experiment):
         ctx.note("variants", {v: {"app_variant": VARIANTS[v][0], "thread_tokens": VARIANTS[v][1]}
                               for v in p.variants})
         ctx.note("db_ping", ping(ctx.servers.mongodb_uri, p.ping_count))
-        with search_index(ctx, p.query == "fast"):
+        ctx.note("data_reshaping", RESHAPING.get(p.query, "none: the seed's aggregation on the full collection"))
+        with search_index(ctx, p.query, p.index_probe):
             failed = []
             for label in ctx.order(p.variants):
                 try:

@@ -33,7 +33,7 @@ from pymongo import monitoring
 
 from .. import datasets
 from ..measure import error_text
-from ..mongo_workload import DOCUMENTS, async_client, is_ferretdb, orders, run_async
+from ..mongo_workload import DOCUMENTS, async_client, is_ferretdb, note_timeouts, orders, run_async
 from ..probe import LoopProbe, measure_resolution
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
@@ -95,7 +95,7 @@ class CursorStall(Experiment):
                 "quick": {"documents": DOCUMENTS["quick"], "probe_idle_s": 0.5, "warmup_s": 0.5},
                 "smoke": {"documents": DOCUMENTS["smoke"], "batch_sizes": (100, 1000),
                           "probe_idle_s": 0.2, "warmup_s": 0.1, "size_sample": 500}}
-    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("max_stall_ms", "ms", "lower"), Metric("total_s", "s", "lower"))
     tables = {
@@ -114,6 +114,7 @@ class CursorStall(Experiment):
 
     def run(self, ctx) -> None:
         p: CursorParams = ctx.params
+        note_timeouts(ctx)
         run_async(lambda: self._main(ctx), loop=p.loop)
 
     @staticmethod
@@ -131,7 +132,7 @@ class CursorStall(Experiment):
         if p.to_list:
             points.append({"method": "to_list", "batch_size": 0, "shown": "default", "label": "to_list()"})
         for pt in points:
-            pt["variant"] = variant_id(pt["method"], batch_size=pt.pop("shown"))
+            pt["variant"] = variant_id(str(pt["method"]), batch_size=pt.pop("shown"))
         return points
 
     async def _main(self, ctx) -> None:

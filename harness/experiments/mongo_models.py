@@ -23,11 +23,23 @@ Tables: schemas in `tables` below. Notes: `ferretdb_backend_index`, `ferretdb_pg
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import datasets
-from ..mongo_workload import (CLOSED_LOOP_SAMPLES, DOCUMENTS, DRIVERS, LOOPS, BackendConnections,
-                              async_variant, ferretdb_backend_index, ferretdb_pg_pool, threads_variant)
+from ..mongo_workload import (
+    CLOSED_LOOP_SAMPLES,
+    DOCUMENTS,
+    DRIVERS,
+    LOOPS,
+    BackendConnections,
+    async_variant,
+    ferretdb_backend_index,
+    ferretdb_pg_pool,
+    note_timeouts,
+    threads_variant,
+)
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
+
 
 @dataclass(frozen=True)
 class ModelsParams(Params):
@@ -62,7 +74,7 @@ class ThreadsVsAsyncio(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.3, "warmup_s": 0.1,
                           "thread_counts": (4,), "tasks": 20, "pool_size": 4, "drivers": ("pymongo",),
                           "loops": ("asyncio",), "pool_sweep": (2, 8)}}
-    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
@@ -91,10 +103,11 @@ class ThreadsVsAsyncio(Experiment):
         pool = ferretdb_pg_pool(ctx.servers)
         dsn = pool.pop("_dsn", None)
         ctx.note("ferretdb_pg_pool", pool)
+        note_timeouts(ctx)
         ctx.record("server_pool", [{"ferretdb": pool["ferretdb"], "pool_max_conns": pool["pool_max_conns"],
                                     "source": pool["source"]}])
-        common = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed,
-                      backend=BackendConnections(dsn))
+        common: dict[str, Any] = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed,
+                                      backend=BackendConnections(dsn))
         with ferretdb_backend_index(ctx, p.backend_index):
             for pt in ctx.order(self.plan(p)):
                 if pt["mode"] == "threads":

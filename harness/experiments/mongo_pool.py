@@ -22,7 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import datasets
-from ..mongo_workload import CLOSED_LOOP_SAMPLES, DOCUMENTS, DRIVERS, LOOPS, async_variant, ferretdb_backend_index
+from ..mongo_workload import (
+    CLOSED_LOOP_SAMPLES,
+    DOCUMENTS,
+    DRIVERS,
+    LOOPS,
+    async_variant,
+    ferretdb_backend_index,
+    note_timeouts,
+)
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("bare", "semaphore", "large_pool")
@@ -60,7 +68,7 @@ class PoolFairness(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
                           "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
 
-    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p50_ms", "ms", "lower"),
                 Metric("throughput_qps", "queries/s", "higher"), Metric("jain_index", "ratio", "higher"))
@@ -73,6 +81,7 @@ class PoolFairness(Experiment):
 
     def run(self, ctx) -> None:
         p: PoolParams = ctx.params
+        note_timeouts(ctx)
         points = grid(loop=p.loops, driver=p.drivers, mode=p.modes)
         with ferretdb_backend_index(ctx, p.backend_index):
             for pt in ctx.order(points):

@@ -131,7 +131,7 @@ class PgCeiling(Experiment):
         "smoke": {"clients": (8,), "duration_s": 0.5, "warmup_s": 0.2, "rows": 10_000,
                   "margin_s": 1, "timeout_s": 240.0},
     }
-    repeats = {"smoke": 1, "quick": 3, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10}
     analysis = "harness.analysis.postgres"
     headline = (Metric("tps", "transactions/s", "higher"), Metric("p99_ms", "ms", "lower"))
     _keys = {"mode": "str", "clients": "int", "slow_ms": "float", "regime": "str"}
