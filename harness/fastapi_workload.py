@@ -86,15 +86,21 @@ class search_index:
     """FerretDB only: a GIN index on `_jsonb -> '<key>'` in the PostgreSQL table of the query's
     collection (INDEXED_KEYS), for the run.
 
-    FerretDB 1.24 turns `{key: k}` into `_jsonb->'key' @> k`, which the btree index FerretDB itself
-    creates for `create_index(key)` cannot serve; the GIN index can. Dropped afterwards. What was
-    done (and the plan for one key value) is noted as `ferretdb_search_index`."""
+    FerretDB 1.24 turns `{key: k}` into `_jsonb->$1 @> $2`, which the btree index FerretDB itself
+    creates for `create_index(key)` cannot serve; the GIN index can, but only in a custom plan: the
+    key is a parameter, so the generic plan PostgreSQL switches to after five executions of
+    FerretDB's cached statement cannot match the index expression and scans (and decompresses)
+    the whole table, about 5 ms of backend CPU per request here. So the cluster also gets
+    `plan_cache_mode = force_custom_plan` (ALTER SYSTEM and a reload, which reaches FerretDB's open
+    connections), reset on exit. Both are dropped afterwards; what was done (and the plan for one
+    key value) is noted as `ferretdb_search_index`."""
 
     def __init__(self, ctx, query: str, probe: str = ""):
         self.ctx, self.query, self.probe = ctx, query, probe
         self.wanted = query in INDEXED_KEYS
         self.conn: Any = None
         self.index: str | None = None
+        self.custom_plans = False
 
     def __enter__(self):
         info: dict[str, Any] = {"requested": self.wanted, "created": False, "query": self.query}
@@ -128,14 +134,20 @@ class search_index:
                     plan = self.conn.execute(sql.SQL("EXPLAIN SELECT _jsonb FROM {} WHERE _jsonb -> {} @> {}").format(
                         sql.Identifier(datasets.STUDY_DB, row[0]), sql.Literal(key),
                         sql.Literal(Jsonb(self.probe)))).fetchall()
+                    self.conn.execute("ALTER SYSTEM SET plan_cache_mode = force_custom_plan")
+                    self.conn.execute("SELECT pg_reload_conf()")
+                    self.custom_plans = True
                     info.update(created=True, collection=collection, key=key, index=self.index,
-                                plan=[r[0] for r in plan])
+                                plan=[r[0] for r in plan], plan_cache_mode="force_custom_plan")
         self.ctx.note("ferretdb_search_index", info)
         return info
 
     def __exit__(self, *exc):
         if self.conn is not None:
             with self.conn:
+                if self.custom_plans:
+                    self.conn.execute("ALTER SYSTEM RESET plan_cache_mode")
+                    self.conn.execute("SELECT pg_reload_conf()")
                 if self.index:
                     self.conn.execute(f'DROP INDEX IF EXISTS "{datasets.STUDY_DB}"."{self.index}"')
 

@@ -74,8 +74,26 @@ def listings(stack):
     return stack.mongodb_uri
 
 
+def test_listings_page_partitions_the_top_rated_listings(listings):
+    """The subset collection holds every listing rated >= 95 once, with the projected fields only,
+    in pages of at most 20 by (price, _id), as its marker says."""
+    with pymongo.MongoClient(listings) as client:
+        db = client[datasets.STUDY_DB]
+        top = list(db[listings_api.COLLECTION].find({"review_scores.review_scores_rating": {"$gte": 95}},
+                                                    listings_api.PROJECTION).sort([("price", 1), ("_id", 1)]))
+        pages = list(db[datasets.PAGE_COLLECTION].find({}))
+        marker = db[datasets.MARKERS].find_one({"_id": datasets.PAGE_COLLECTION})
+    assert len(top) > datasets.PAGE_SIZE and len(pages) == len(top) == marker["n"]
+    sizes = collections.Counter(d["page_key"] for d in pages)
+    assert max(sizes.values()) == marker["largest_page"] <= datasets.PAGE_SIZE
+    key = {d["_id"]: d.pop("page_key") for d in pages}
+    assert [key[d["_id"]] for d in top] == [datasets.listing_page_key(i // datasets.PAGE_SIZE) for i in range(len(top))]
+    assert sorted(pages, key=lambda d: d["_id"]) == sorted(top, key=lambda d: d["_id"])
+
+
 @pytest.mark.parametrize("variant,tokens,query", [("sync", 1, "seed"), ("async", 40, "seed"), ("mixed", 40, "seed"),
-                                                  ("sync", 1, "fast"), ("async", 40, "fast")])
+                                                  ("sync", 1, "fast"), ("async", 40, "fast"),
+                                                  ("sync", 1, "page"), ("async", 40, "page"), ("mixed", 40, "page")])
 def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tokens, query):
     port = processes.free_port()
     env = dict(os.environ, LISTINGS_API_MONGODB_URI=listings, LISTINGS_API_VARIANT=variant,
@@ -83,8 +101,11 @@ def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tok
     proc = processes.start(f"uvicorn-{variant}", [sys.executable, "-m", "uvicorn", fastapi_locust.APP,
                                                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                            tmp_path / "uvicorn.log", env=env, cwd=REPO_ROOT)
-    min_rating, limit = 90, 7
-    if query == "fast":  # the precomputed key stands for: rating >= 95, this market, price in its band
+    min_rating, limit, skip = 90, 7, 0
+    if query == "page":  # page 1 of the listings rated >= 95 by price, from the subset collection
+        min_rating, skip, url = 95, datasets.PAGE_SIZE, f"/listings/top?page=1&limit={limit}"
+        flt = {"review_scores.review_scores_rating": {"$gte": 95}}
+    elif query == "fast":  # the precomputed key stands for: rating >= 95, this market, price in its band
         with pymongo.MongoClient(listings) as client:
             keys = collections.Counter(d["search_key"] for d in client[datasets.STUDY_DB][listings_api.COLLECTION]
                                        .find({"search_key": {"$exists": True}}, {"search_key": 1}))
@@ -107,7 +128,7 @@ def test_variant_serves_the_direct_query_result(listings, tmp_path, variant, tok
         proc.stop()
     with pymongo.MongoClient(listings, tz_aware=True) as client:
         coll = client[datasets.STUDY_DB][listings_api.COLLECTION]
-        direct = list(coll.find(flt, listings_api.PROJECTION).sort([("price", 1), ("_id", 1)]).limit(limit))
+        direct = list(coll.find(flt, listings_api.PROJECTION).sort([("price", 1), ("_id", 1)]).skip(skip).limit(limit))
     assert 0 < len(got) <= limit and len(got) == len(direct)
     assert [d["_id"] for d in got] == [d["_id"] for d in direct]
     assert got == _expected(direct)
