@@ -47,6 +47,12 @@ QUERIES = ("page", "fast", "seed")
 CLOUD_RTT_MS = 2.0
 
 
+class RecordedError(HarnessError):
+    """A variant's failure already recorded in its `runs` row."""
+
+    recorded = True
+
+
 def request_path(query: str, *, page: int, market: str, band: int, min_rating: int, limit: int) -> str:
     """The one request every Locust user repeats (path and query string) for `query`."""
     if query == "page":
@@ -456,9 +462,7 @@ class Variant:
         row["error"] = error or ""
         ctx.record("runs", [row])
         if error:
-            err = HarnessError(error)
-            err.recorded = True  # already in `runs`
-            raise err
+            raise RecordedError(error)  # already in `runs`
         return row
 
     def _samples(self, samples_dir: Path, epoch0: float, ids: dict[str, Any]) -> pd.DataFrame:

@@ -187,6 +187,7 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"only http:// URLs are supported, got {url!r}")
+    host: str = parts.hostname
     port = parts.port or 80
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     raw = (f"GET {target} HTTP/1.1\r\nHost: {parts.hostname}:{port}\r\n"
@@ -200,7 +201,7 @@ async def run_async(url: str, rate: float, duration_s: float, *, connections: in
 
     async def worker(cid: int) -> None:
         nonlocal next_seq
-        conn = _Connection(parts.hostname, port)
+        conn = _Connection(host, port)
         try:
             while next_seq < n:
                 i = next_seq

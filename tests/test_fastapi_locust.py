@@ -15,8 +15,8 @@ import urllib.parse
 import urllib.request
 from decimal import Decimal
 
-import pymongo
 import pandas as pd
+import pymongo
 import pytest
 from bson import ObjectId
 from bson.binary import Binary
@@ -40,13 +40,13 @@ def _expected(doc):
     if isinstance(doc, Decimal128):
         return format(doc.to_decimal(), "f")
     if isinstance(doc, dt.datetime):
-        return doc.astimezone(dt.timezone.utc).isoformat()
+        return doc.astimezone(dt.UTC).isoformat()
     return doc
 
 
 def test_to_json_handles_bson_types():
     oid = ObjectId()
-    when = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.UTC)
     doc = {"_id": oid, "price": Decimal128(Decimal("123.45")), "tiny": Decimal128("0.10"),
            "naive": dt.datetime(2024, 5, 1, 12, 30), "aware": when, "blob": Binary(b"\x00\x01"),
            "nested": {"list": [oid, {"d": Decimal128("1E+2")}]}, "n": 3, "f": 1.5, "s": "x", "none": None}

@@ -109,6 +109,13 @@ def bottleneck(r: dict[str, Any] | pd.Series) -> str:
     return "unexplained"
 
 
+def _pick(df: pd.DataFrame, key: tuple[Any, Any, Any]) -> pd.DataFrame:
+    """The rows of one (repeat, variant, attempt)."""
+    if df.empty:
+        return df
+    return df[(df["repeat"] == key[0]) & (df["variant"] == key[1]) & (df["attempt"] == key[2])]
+
+
 def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """One row per variant and repeat (the attempt used): throughput, latency, failures, resources,
     bottleneck. `ok_only=False` also keeps failed cells (for hollow markers), with `cell_status`."""
@@ -123,9 +130,7 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
     rows = []
     for _, r in _used(runs).iterrows():
         key = (r["repeat"], r["variant"], r["attempt"])
-        pick = lambda df: df[(df["repeat"] == key[0]) & (df["variant"] == key[1])  # noqa: E731
-                             & (df["attempt"] == key[2])] if not df.empty else df
-        s, h = pick(samples), pick(history)
+        s, h = (_pick(df, key) for df in (samples, history))
         timeout = float(r.get("request_timeout_s", 60.0))
         hold = s
         if len(s) and not math.isnan(float(r.get("hold_start_s", float("nan")))):

@@ -76,6 +76,7 @@ import base64
 import datetime as dt
 import os
 import sys
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -122,7 +123,7 @@ def to_json(value: Any) -> Any:
         return str(value.to_decimal())
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:  # a naive datetime from PyMongo is UTC
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return value.isoformat()
     if isinstance(value, (bytes, Binary)):
         return base64.b64encode(bytes(value)).decode("ascii")
@@ -132,7 +133,7 @@ def to_json(value: Any) -> Any:
 class Settings:
     """The app's start-up configuration, read from the environment."""
 
-    def __init__(self, env: dict[str, str] | None = None):
+    def __init__(self, env: Mapping[str, str] | None = None):
         env = os.environ if env is None else env
         self.mongodb_uri = env.get("LISTINGS_API_MONGODB_URI", "")
         self.variant = env.get("LISTINGS_API_VARIANT", "async")

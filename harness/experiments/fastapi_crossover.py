@@ -92,7 +92,7 @@ class FastapiCrossover(Experiment):
         _host, port = network.mongodb_endpoint(proxy_uri)
         name, proxy = next(((n, d) for n, d in api.proxies().items()
                             if d["listen"].rsplit(":", 1)[-1] == str(port)), (None, None))
-        if name is None:
+        if name is None or proxy is None:
             raise HarnessError(f"no Toxiproxy proxy listens on port {port} (the MongoDB route)")
         direct_uri = network.mongodb_via(proxy_uri, proxy["upstream"])
         base = [t["name"] for t in api.toxics(name)]
