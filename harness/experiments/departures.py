@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from .. import datasets, interpreters, placement, processes, servers
+from .. import datasets, interpreters, network, placement, processes, servers
 from ..errors import HarnessError
 from ..mongo_workload import DOCUMENTS, async_variant, ferretdb_backend_index, note_timeouts, threads_variant
 from ..pg_workload import MODELS as PG_MODELS
@@ -341,8 +341,6 @@ def _proxy(stack: ServerStack) -> Iterator[ServerStack]:
 def _route(stack: ServerStack, cell: Cell, proxy: bool):
     if not proxy:
         return nullcontext(types.SimpleNamespace(stack=stack, record={}))
-    from .. import network  # contract C4; absent until the network engineer's module lands
-
     needs = ("mongodb",) if cell.family == "mongo" else ("postgres",)
     return network.route(stack, needs, via_proxy=True, rtt_ms=cell.rtt_ms, jitter_ms=0.0)
 
