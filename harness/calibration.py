@@ -19,7 +19,6 @@ Each repeat records the machine's steal time over its window (psutil.cpu_times()
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import shutil
@@ -32,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from . import stats
+from . import servers, stats
 from .errors import HarnessError
 
 REPEATS = 3
@@ -90,18 +89,6 @@ def python_cpu_rate(seconds: float = CPU_SECONDS, chunk: int = 50_000) -> float:
             return done / elapsed
 
 
-def _pg_env(dsn: str) -> dict[str, str]:
-    from psycopg.conninfo import conninfo_to_dict
-
-    info = conninfo_to_dict(dsn)
-    env = dict(os.environ)
-    for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
-                     ("password", "PGPASSWORD"), ("dbname", "PGDATABASE")):
-        if info.get(key):
-            env[var] = str(info[key])   # credentials through the environment, not argv
-    return env
-
-
 def _ensure_table(dsn: str) -> None:
     import psycopg
 
@@ -120,7 +107,7 @@ def pgbench_tps(dsn: str, binary: str, seconds: int = PGBENCH_SECONDS) -> float:
         script.write_text(PGBENCH_SCRIPT)
         argv = [binary, "-n", "-f", str(script), "-c", str(PGBENCH_CLIENTS), "-j", "2",
                 "-T", str(seconds), "-M", "prepared"]
-        out = subprocess.run(argv, env=_pg_env(dsn), capture_output=True, text=True, timeout=seconds + 60)
+        out = subprocess.run(argv, env=servers.libpq_env(dsn), capture_output=True, text=True, timeout=seconds + 60)
     m = _TPS.search(out.stdout)
     if out.returncode != 0 or not m:
         raise HarnessError(f"calibration pgbench failed (exit {out.returncode}): "

@@ -710,3 +710,16 @@ def servers_down() -> list[int]:
             shutil.rmtree(linked.resolve(), ignore_errors=True)
         shutil.rmtree(stack.state_dir, ignore_errors=True)
     return stopped
+
+
+def libpq_env(dsn: str) -> dict[str, str]:
+    """The environment for a libpq client program (pgbench, psql) to reach `dsn`."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(dsn)
+    env = dict(os.environ)
+    for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
+                     ("password", "PGPASSWORD"), ("dbname", "PGDATABASE")):
+        if info.get(key):
+            env[var] = str(info[key])   # credentials through the environment, not argv
+    return env

@@ -50,7 +50,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from .. import datasets, processes
+from .. import datasets, processes, servers
 from ..errors import HarnessError
 from ..measure import ServerCPU, error_text, find_postmaster, machine_busy_s
 from ..pg_workload import fmt_ms, pgbench_script, regime_name
@@ -178,7 +178,6 @@ class PgCeiling(Experiment):
 
     def _run_one(self, ctx: Context, p: PgCeilingParams, binary: str, dsn: str, pid: int | None,
                  mode: str, slow: float, clients: int) -> bool:
-        from psycopg.conninfo import conninfo_to_dict
 
         variant = variant_id("pgbench", mode=mode, slow_ms=fmt_ms(slow), clients=clients)
         stem = f"{mode}_slow{fmt_ms(slow)}_c{clients}"
@@ -191,12 +190,7 @@ class PgCeiling(Experiment):
         argv = [binary, "-n", "-f", str(script), "-c", str(clients), "-j", str(jobs),
                 "-T", str(p.seconds()), "-M", mode, "-D", f"rows={p.rows}",
                 "-D", f"sleep_s={slow / 1000.0:g}", "--log", f"--log-prefix={logdir}/tx"]
-        info = conninfo_to_dict(dsn)
-        env = dict(os.environ)
-        for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
-                         ("password", "PGPASSWORD"), ("dbname", "PGDATABASE")):
-            if info.get(key):
-                env[var] = str(info[key])   # credentials through the environment, not argv
+        env = servers.libpq_env(dsn)
         out_path = art / f"pgbench_{stem}.out"
         server = ServerCPU(pid)
         server.read()
