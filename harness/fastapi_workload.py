@@ -30,7 +30,8 @@ from . import datasets, openloop, processes
 from .config import REPO_ROOT
 from .errors import HarnessError
 from .interpreters import study_python
-from .measure import CPUSampler, find_postmaster, machine_busy_s
+from .measure import CPUSampler, machine_busy_s
+from .servers import database_pids
 
 LOCUSTFILE = REPO_ROOT / "harness" / "apps" / "locustfile.py"
 APP = "harness.apps.listings_api:app"
@@ -158,20 +159,6 @@ class search_index:
                     self.conn.execute(f'DROP INDEX IF EXISTS "{datasets.STUDY_DB}"."{self.index}"')
 
 
-def _db_pids(ctx) -> list[int]:
-    """The database processes this harness started (FerretDB and its PostgreSQL), if any."""
-    pids = []
-    for server in (ctx.servers.mongodb, ctx.servers.postgres):
-        if server is not None and server.source in ("local", "servers-up"):
-            pids += list(server.pids)
-    if ctx.servers.mongodb is not None and ctx.servers.mongodb.implementation == "ferretdb":
-        # FerretDB's PostgreSQL cluster: its postmaster, found by the backend's port.
-        postmaster, _how = find_postmaster(ctx.servers.mongodb.backend_uri)
-        if postmaster is not None:
-            pids.append(postmaster)
-    return sorted(set(pids))
-
-
 def _snake(col: str) -> str:
     col = col.strip()
     if col.endswith("%"):
@@ -293,7 +280,7 @@ class Variant:
         self.app_variant, self.tokens = VARIANTS[self.kind]
         self.dir = ctx.artifacts / label.replace("[", "_").replace("]", "").replace("=", "").replace(",", "_")
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.db_pids = _db_pids(ctx)
+        self.db_pids = database_pids(ctx.servers)
 
     def _start_server(self, phase: str):
         """A fresh uvicorn process on a free loopback port, healthy and warmed up."""

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -30,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .datasets import CUSTOMERS
-from .measure import error_text
+from .measure import TreeCPU, error_text, machine_busy_s
 from .redact import redact
 from .servers import FERRETDB_PG_DB, STUDY_DB, ServerStack
 
@@ -200,7 +201,8 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 
 def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: int, tasks: int,
                   semaphore: bool, duration_s: float, warmup_s: float, seed: int,
-                  backend: BackendConnections | None = None, **fields: Any) -> list[dict[str, Any]]:
+                  backend: BackendConnections | None = None, db: DatabaseCPU | None = None,
+                  **fields: Any) -> list[dict[str, Any]]:
     """One async closed-loop variant on its own loop and client: warm-up, then a measured window.
 
     Records the window (wall, process CPU, ops; with `backend`, the most connections FerretDB held
@@ -217,7 +219,7 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
                 await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem)
             with ctx.window(variant, loop=loop, driver=driver, pool_size=pool_size, workers=tasks,
                             semaphore=semaphore, duration_s=duration_s, **fields) as w, \
-                    _watch(backend, w):
+                    _watch(backend, w, db):
                 rows = await closed_loop_async(col, tasks=tasks, duration_s=duration_s, seed=seed,
                                                t0=w.t0, semaphore=sem)
                 w.ops = sum(r["ok"] for r in rows)
@@ -233,7 +235,7 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
 def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, duration_s: float,
                     warmup_s: float, seed: int, backend: BackendConnections | None = None,
-                    **fields: Any) -> list[dict[str, Any]]:
+                    db: DatabaseCPU | None = None, **fields: Any) -> list[dict[str, Any]]:
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
 
@@ -243,7 +245,7 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
         with ctx.window(variant, loop="threads", driver="pymongo-sync", pool_size=pool_size,
                         workers=threads, semaphore=False, duration_s=duration_s, **fields) as w, \
-                _watch(backend, w):
+                _watch(backend, w, db):
             rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0)
             w.ops = sum(r["ok"] for r in rows)
     extra = {"variant": variant, "loop": "threads", "driver": "pymongo-sync", "pool_size": pool_size,
@@ -421,13 +423,30 @@ class BackendConnections:
             return
 
 
+class DatabaseCPU:
+    """CPU seconds of the database's process trees on this machine (`servers.database_pids`:
+    FerretDB and its PostgreSQL postmaster with every backend and background worker); NaN when
+    there are none (a server in Docker or elsewhere)."""
+
+    def __init__(self, pids: list[int]):
+        self.meters = [m for m in (TreeCPU(pid) for pid in pids) if m.available]
+
+    def read(self) -> float:
+        return sum(m.read() for m in self.meters) if self.meters else float("nan")
+
+
 @contextmanager
-def _watch(backend: BackendConnections | None, window: Any) -> Iterator[None]:
-    if backend is None:
-        yield
-        return
-    backend.start()
+def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | None = None) -> Iterator[None]:
+    """Over a window: the most backend connections FerretDB held (with `backend`), and the
+    database's and the whole machine's CPU (with `db`): what names the window's bottleneck."""
+    if backend is not None:
+        backend.start()
+    db0, machine0 = (db.read(), machine_busy_s()) if db is not None else (float("nan"), float("nan"))
     try:
         yield
     finally:
-        window.fields["ferretdb_pg_conns_max"] = backend.stop()
+        if db is not None:
+            window.fields.update(db_cpu_s=db.read() - db0, machine_busy_s=machine_busy_s() - machine0,
+                                 cores=os.cpu_count() or 1)
+        if backend is not None:
+            window.fields["ferretdb_pg_conns_max"] = backend.stop()

@@ -33,6 +33,7 @@ from pathlib import Path
 from . import config, processes
 from .config import REPO_ROOT
 from .errors import HarnessError
+from .measure import find_postmaster
 from .redact import redact
 
 MONGO_IMAGE = "mongo:8.2"
@@ -723,3 +724,18 @@ def libpq_env(dsn: str) -> dict[str, str]:
         if info.get(key):
             env[var] = str(info[key])   # credentials through the environment, not argv
     return env
+
+
+def database_pids(stack: ServerStack) -> list[int]:
+    """The database processes this harness started (FerretDB and its PostgreSQL), if any: the roots
+    of the process trees whose CPU counts as the database's (backends and background workers too)."""
+    pids: list[int] = []
+    for server in (stack.mongodb, stack.postgres):
+        if server is not None and server.source in ("local", "servers-up"):
+            pids += list(server.pids)
+    if stack.mongodb is not None and stack.mongodb.implementation == "ferretdb":
+        # FerretDB's PostgreSQL cluster: its postmaster, found by the backend's port.
+        postmaster, _how = find_postmaster(stack.mongodb.backend_uri)
+        if postmaster is not None:
+            pids.append(postmaster)
+    return sorted(set(pids))

@@ -150,6 +150,26 @@ def test_models(mongo_run):
     threads = w[w["mode"] == "threads"]
     assert sorted(threads.workers) == sorted(params["thread_counts"])
     assert (threads.pool_size == threads.workers).all()
+    # the database's and the machine's CPU over every window (the harness's own local servers),
+    # and from them every variant's named bottleneck
+    assert (w.db_cpu_s > 0).all() and (w.machine_busy_s >= w.cpu_s * 0.5).all() and (w.cores >= 1).all()
+    m = mongo.metrics(mongo_run)
+    models = m[m.experiment == "mongo_models"]
+    assert {"db_cpu_pct", "client_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"} <= set(models.metric)
+    limits = set(models[models.metric == "throughput_qps"].bottleneck)
+    assert limits and limits <= {"client_cpu", "database_cpu", "machine_cpu", "unexplained"}, limits
+
+
+@pytest.mark.parametrize("mode,client,db,machine,expected", [
+    ("async", 95.0, 50.0, 150.0, "client_cpu"),          # the loop's one core is full
+    ("async", 85.0, 100.0, 190.0, "database_cpu"),       # machine full, the database its largest user
+    ("async", 85.0, 60.0, 190.0, "machine_cpu"),         # machine full, someone else larger
+    ("async", 85.0, 60.0, 170.0, "unexplained"),         # nothing at 90%
+    ("threads", 95.0, 90.0, 190.0, "database_cpu"),      # threads may use both cores: not client-bound
+    ("threads", 185.0, 5.0, 195.0, "client_cpu"),
+])
+def test_models_bottleneck_flips_at_its_thresholds(mode, client, db, machine, expected):
+    assert mongo.models_bottleneck(mode, client, db, machine, cores=2) == expected
 
 
 def test_metrics_name_every_seed_quantity(mongo_run):

@@ -56,6 +56,11 @@ with the loop/driver suffix as for mongo_pool)
 - `mongo_models.T.throughput_qps`, `mongo_models.A.throughput_qps`     queries/s
 - `mongo_models.T.cpu_us_per_query`, `mongo_models.A.cpu_us_per_query` client process CPU per query, us
 - `mongo_models.T.p50_ms`, `.p99_ms`, `.max_ms` (and for A)             latency, ms
+- `.client_cpu_pct`, `.db_cpu_pct`, `.machine_cpu_pct` (T and A) CPU over the window, % of one core:
+  the client process, the database (FerretDB + its PostgreSQL, background workers included), the
+  whole machine; `.db_cpu_us_per_query` database CPU per query, us. Every mongo_models figure
+  carries its window's `bottleneck` (`models_bottleneck`: client_cpu, database_cpu, machine_cpu
+  or unexplained)
 - `mongo_models.async_poolN.*` (same figures) the pool sweep: the seed's async setup, no semaphore,
   maxPoolSize N; `.ferretdb_pg_conns_max` most PostgreSQL connections FerretDB held (count)
 - `mongo_models.pool_sweep.ferretdb_pg_pool`      FerretDB's own PostgreSQL pool size (count)
@@ -64,6 +69,8 @@ with the loop/driver suffix as for mongo_pool)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,9 +158,46 @@ def _closed_loop_summary(run: Run, exp: str) -> pd.DataFrame:
                      "throughput_qps": stats.throughput(int(w.ops), w.wall_s),
                      "cpu_us_per_query": stats.cpu_per_op_us(w.cpu_s, int(w.ops)),
                      "cpu_cores_used": w.cpu_s / w.wall_s,
+                     **_resources(w),
                      **{k: v for k, v in lat.items() if k != "count"},
                      **{k: v for k, v in fair.items() if k != "tasks"}})
     return pd.DataFrame(rows)
+
+
+BUSY = 0.9   # a CPU at or above this fraction of its capacity is saturated (as harness.analysis.fastapi)
+
+
+def _resources(w: pd.Series) -> dict[str, Any]:
+    """A window's CPU as % of one core (client, database, machine) and its limiting resource, when
+    the window measured the database (mongo_models): see `models_bottleneck`."""
+    if "db_cpu_s" not in w or pd.isna(w.get("machine_busy_s")):
+        return {}
+    pct = lambda s: 100.0 * float(s) / w.wall_s if w.wall_s else np.nan  # noqa: E731
+    out = {"client_cpu_pct": pct(w.cpu_s), "db_cpu_pct": pct(w.db_cpu_s), "machine_cpu_pct": pct(w.machine_busy_s),
+           "db_cpu_us_per_query": stats.cpu_per_op_us(w.db_cpu_s, int(w.ops)) if not pd.isna(w.db_cpu_s) else np.nan}
+    out["bottleneck"] = models_bottleneck(w["mode"], out["client_cpu_pct"], out["db_cpu_pct"],
+                                          out["machine_cpu_pct"], int(w.get("cores") or 1))
+    return out
+
+
+def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: float, cores: int) -> str:
+    """The first saturated resource of a mongo_models window, in this order (the rules of
+    harness.analysis.fastapi and .postgres, with the resources that apply here):
+    client_cpu    the client process at >= 90% of what it can use: one core for the event loop,
+                  every core for threads (PyMongo releases the GIL while it waits on a socket);
+    database_cpu  the machine >= 90% busy and the database (FerretDB + its PostgreSQL) its largest
+                  user (of database, client and everything else);
+    machine_cpu   the machine >= 90% busy, another its largest user;
+    unexplained   none of these (the pool or FerretDB's own PostgreSQL pool, which are not measured
+                  as a utilisation here)."""
+    client_cap = 100.0 * (cores if mode == "threads" else 1)
+    if client_pct >= BUSY * client_cap:
+        return "client_cpu"
+    if machine_pct >= BUSY * 100.0 * cores:
+        users = {"database": db_pct, "client": client_pct, "other": machine_pct - client_pct - db_pct}
+        largest = max(users, key=lambda k: -1.0 if np.isnan(users[k]) else users[k])
+        return "database_cpu" if largest == "database" else "machine_cpu"
+    return "unexplained"
 
 
 def pool_summary(run: Run) -> pd.DataFrame:
@@ -220,8 +264,10 @@ def unit_better(metric: str) -> tuple[str, str]:
     """(unit, better) of a metric, from its name's suffix (one convention for the whole family)."""
     if metric in ("throughput_qps",):
         return "queries/s", "higher"
-    if metric.endswith("_us_per_doc") or metric.startswith("cpu_us_per") or metric.endswith("us_per_wakeup"):
+    if metric.endswith("_us_per_doc") or "cpu_us_per" in metric or metric.endswith("us_per_wakeup"):
         return "us", "lower"
+    if metric.endswith("_cpu_pct"):
+        return "% of a core", ""
     if metric.endswith("_ms"):
         return "ms", "lower"
     if metric.endswith("_s"):
@@ -333,9 +379,13 @@ def metrics(run: Run) -> pd.DataFrame:
                 sweep = [f"async_pool{r.pool_size}"] if not r.semaphore and (r.loop, r.driver) == SEED_SETUP \
                     and r.pool_size in params.get("pool_sweep", ()) else []
                 names = ([bare] if r.pool_size == params.get("pool_size", r.pool_size) else []) + sweep
+            limit = r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else ""
             for v in names:
-                for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms"):
-                    put("mongo_models", v, q, r["repeat"], r[q])
+                for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms", "client_cpu_pct",
+                          "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
+                    if q in r:
+                        unit, better = unit_better(q)
+                        rows.put("mongo_models", v, q, unit, int(r["repeat"]), r[q], better, limit)
         windows = run.table("mongo_models", "windows")
         if "ferretdb_pg_conns_max" in windows:
             for _, w in windows[~windows.semaphore.astype(bool) & (windows["mode"] == "async")].iterrows():

@@ -15,7 +15,7 @@ Three queries, chosen at start-up (``LISTINGS_API_QUERY``):
 - ``page`` (default): ``find({"page_key": "95|<page>"}, PROJECTION)`` on ``listings_page`` sorted
   by price, then ``_id``: page ``page`` of the top-rated listings (rating >= 95) by price, the seed's
   projected fields. ``listings_page`` is a companion collection of those listings' projected fields
-  only (MongoDB's subset pattern), 20 to a precomputed ``page_key`` (``harness.datasets.Listings``),
+  only (MongoDB's subset pattern), 5 to a precomputed ``page_key`` (``harness.datasets.Listings``),
   so a request reads about one page of small documents; page 0 is exactly the seed's answer.
 - ``fast``: ``find({"search_key": "<market>|<band>"}, PROJECTION)`` sorted by price, then
   ``_id``, first ``limit``: top-rated listings (rating >= 95) of one market and price band, cheapest
@@ -47,9 +47,9 @@ serves the app in one process; ``--loop uvloop`` selects uvloop:
 Endpoints:
     GET /health                  200 {"status": "ok", variant, thread_tokens, ...} once the client
                                  has reached the server (the lifespan pings it before serving).
-    GET /listings/top?page=0&limit=20                  (query page)
-    GET /listings/top?market=Porto&band=1&limit=20     (query fast)
-    GET /listings/top?min_rating=95&limit=20             (query seed): the seed's "complex aggregation": listings whose
+    GET /listings/top?page=0&limit=5                   (query page)
+    GET /listings/top?market=Porto&band=1&limit=5      (query fast)
+    GET /listings/top?min_rating=95&limit=5              (query seed): the seed's "complex aggregation": listings whose
                                  review_scores.review_scores_rating >= min_rating, sorted by price
                                  (then _id, so pages are deterministic), the first `limit`, with
                                  nested fields projected (address.market/country/location
@@ -87,7 +87,7 @@ COLLECTION = "listingsAndReviews"
 PAGE_COLLECTION = "listings_page"   # harness.datasets.PAGE_COLLECTION
 PAGE_MIN_RATING = 95                # harness.datasets.SEARCH_MIN_RATING
 DEFAULT_MIN_RATING = 95
-DEFAULT_LIMIT = 20
+DEFAULT_LIMIT = 5                  # harness.datasets.PAGE_SIZE
 MAX_LIMIT = 1000
 PROJECTION = {
     "name": 1, "price": 1, "property_type": 1, "room_type": 1, "accommodates": 1,

@@ -7,7 +7,7 @@ Variants (the `variant` column), each a fresh uvicorn process (one worker, loopb
     mixed           `async def` endpoint calling the sync driver: blocks the event loop
 The app is `harness.apps.listings_api`; `query` picks its query:
     page   (default) one equality on `page_key` in `listings_page`, the dataset's companion
-           collection of the top-rated listings' projected fields, 20 to a key (MongoDB's subset
+           collection of the top-rated listings' projected fields, 5 to a key (MongoDB's subset
            pattern): the database reads one page of small documents; page 0 is the seed's answer
     fast   one equality on the listings' precomputed `search_key` (about 30 full documents decoded
            per request by FerretDB)
@@ -90,7 +90,7 @@ class FastapiLocustParams(Params):
     band: int = 1                          # price band (price // 100): 31 listings for Porto|1
     loop: str = "asyncio"                  # uvicorn --loop: asyncio | uvloop
     min_rating: int = 95                   # query seed: rating >= min_rating, sorted by price...
-    page_size: int = 20                    # ...first page_size listings
+    page_size: int = datasets.PAGE_SIZE    # ...first page_size listings (query page: at most PAGE_SIZE)
     users: int = 500                       # the seed's peak
     spawn_rate: float = 10.0               # users/s: 500 users after 50 s
     hold_s: float = 30.0                   # at `users` after the ramp
@@ -135,6 +135,9 @@ class FastapiLocustParams(Params):
             raise HarnessError(f"parameter min_rating must be a review score from 0 to 100, got {self.min_rating}")
         if self.wait_max_s < self.wait_min_s:
             raise HarnessError("parameter wait_max_s must be at least wait_min_s")
+        if self.query == "page" and self.page_size > datasets.PAGE_SIZE:
+            raise HarnessError(f"parameter page_size must be at most {datasets.PAGE_SIZE} with query=page "
+                               f"(the companion collection's page size), got {self.page_size}")
         if self.rtt_ms and not self.via_proxy:
             raise HarnessError("parameter rtt_ms needs via_proxy=true")
 

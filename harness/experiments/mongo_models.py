@@ -32,12 +32,14 @@ from ..mongo_workload import (
     DRIVERS,
     LOOPS,
     BackendConnections,
+    DatabaseCPU,
     async_variant,
     ferretdb_backend_index,
     ferretdb_pg_pool,
     note_timeouts,
     threads_variant,
 )
+from ..servers import database_pids
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 
@@ -79,7 +81,8 @@ class ThreadsVsAsyncio(Experiment):
     headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
               "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
-                                        semaphore="bool", duration_s="float", ferretdb_pg_conns_max="float"),
+                                        semaphore="bool", duration_s="float", ferretdb_pg_conns_max="float",
+                                        db_cpu_s="float", machine_busy_s="float", cores="int"),
               "server_pool": {"ferretdb": "bool", "pool_max_conns": "int", "source": "str"}}
 
     def datasets(self, p: ModelsParams) -> list:
@@ -107,7 +110,7 @@ class ThreadsVsAsyncio(Experiment):
         ctx.record("server_pool", [{"ferretdb": pool["ferretdb"], "pool_max_conns": pool["pool_max_conns"],
                                     "source": pool["source"]}])
         common: dict[str, Any] = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed,
-                                      backend=BackendConnections(dsn))
+                                      backend=BackendConnections(dsn), db=DatabaseCPU(database_pids(ctx.servers)))
         with ferretdb_backend_index(ctx, p.backend_index):
             for pt in ctx.order(self.plan(p)):
                 if pt["mode"] == "threads":
