@@ -171,10 +171,10 @@ def report(run_ref, keep_code, data_dir) -> None:
 @_python
 @_placement
 def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) -> None:
-    """The main job: provision servers, run every registered experiment, build the report."""
+    """The main job: provision servers, run every experiment of the study, build the report."""
     from . import report as report_mod
 
-    names = list(registry.all_experiments())
+    names = [n for n, e in registry.all_experiments().items() if e.in_study]
     if not names:
         raise HarnessError("no experiments registered yet")
     for python in pythons or (None,):

@@ -319,11 +319,17 @@ class Variant:
         finally:
             server.stop()
         if self.label in p.openloop_variants:
-            server = self._start_server("openloop")
-            try:
-                self._openloop(server, row)
-            finally:
-                server.stop()
+            self.run_openloop(self._rates(row))
+
+    def run_openloop(self, rates: list[tuple[float, float]], duration_s: float | None = None,
+                     drain_s: float | None = None) -> list[dict[str, Any]]:
+        """The open-loop phase alone on a fresh server: `rates` ((req/s, fraction) pairs) in turn,
+        each for `duration_s` (default openloop_duration_s); returns the `openloop_runs` rows."""
+        server = self._start_server("openloop")
+        try:
+            return self._openloop(server, rates, duration_s, drain_s)
+        finally:
+            server.stop()
 
     def _wait_healthy(self, server) -> None:
         deadline = time.monotonic() + self.p.health_timeout_s
@@ -483,14 +489,18 @@ class Variant:
             rates.setdefault(round(max(p.openloop_min_rate, f * achieved), 6), f)
         return list(rates.items())
 
-    def _openloop(self, server, locust_row: dict[str, Any]) -> None:
+    def _openloop(self, server, rates: list[tuple[float, float]], duration_s: float | None = None,
+                  drain_s: float | None = None) -> list[dict[str, Any]]:
         p, ctx = self.p, self.ctx
-        for rate, fraction in self._rates(locust_row):
+        duration_s = p.openloop_duration_s if duration_s is None else duration_s
+        drain_s = p.openloop_drain_s if drain_s is None else drain_s
+        out = []
+        for rate, fraction in rates:
             with CPUSampler({"server": [server.pid], "database": self.db_pids}, p.cpu_sample_s) as cpu:
                 with ctx.window(self.label, phase="openloop", rate=rate, rate_fraction=fraction) as w:
-                    res = openloop.run(self.url + self.p.path, rate, p.openloop_duration_s,
+                    res = openloop.run(self.url + self.p.path, rate, duration_s,
                                        connections=p.openloop_connections, timeout_s=p.request_timeout_s,
-                                       drain_s=p.openloop_drain_s, loop=p.loop)
+                                       drain_s=drain_s, loop=p.loop)
                     df = res.frame()
                     w.ops = int(df["sent"].sum())
             df.insert(0, "connections", p.openloop_connections)
@@ -500,12 +510,14 @@ class Variant:
             ctx.record("openloop", df)
             ctx.record("cpu", [{"variant": self.label, "phase": "openloop", "attempt": 0, "rate": rate, **r}
                                for r in cpu.rows])
-            ctx.record("openloop_runs", [{
-                "variant": self.label, "rate": rate, "rate_fraction": fraction,
-                "connections": p.openloop_connections, "duration_s": p.openloop_duration_s,
-                "scheduled": len(df), "sent": int(df["sent"].sum()), "ok": int(df["ok"].sum()),
-                "unsent": int((~df["sent"]).sum()), "wall_s": res.wall_s,
-                "server_cpu_s": cpu.used("server"),
-                "db_cpu_s": cpu.used("database") if self.db_pids else float("nan"), **self.base}])
+            row = {"variant": self.label, "rate": rate, "rate_fraction": fraction,
+                   "connections": p.openloop_connections, "duration_s": duration_s,
+                   "scheduled": len(df), "sent": int(df["sent"].sum()), "ok": int(df["ok"].sum()),
+                   "unsent": int((~df["sent"]).sum()), "wall_s": res.wall_s,
+                   "server_cpu_s": cpu.used("server"),
+                   "db_cpu_s": cpu.used("database") if self.db_pids else float("nan"), **self.base, **self.extra}
+            ctx.record("openloop_runs", [row])
+            out.append(row)
+        return out
 
 

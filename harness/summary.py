@@ -194,6 +194,31 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# The two verdicts that contradict each other: a claim moving between them across runs means the
+# verdict depends on the run (issue 10's test of two machines); moves into or out of
+# `inconclusive` (or to and from `direction only`) are expected with few repeats.
+OPPOSED = {"reproduced", "not reproduced"}
+
+
+def compare_verdicts(run_a: Run, run_b: Run) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Every measurement claim judged in either run: its verdict in A and B, and whether it moved
+    (`same`, `moved`, or `OPPOSED` for reproduced <-> not reproduced); with the counts of each."""
+    def verdicts(s: dict[str, Any]) -> dict[tuple[str, str], str]:
+        return {(c["claim_id"], c.get("interpreter") or ""): c["verdict"] for c in s.get("claims", [])
+                if c.get("kind") == "measurement" and c.get("verdict")
+                and not str(c["verdict"]).startswith("not measured")}
+    va, vb = verdicts(load(run_a)), verdicts(load(run_b))
+    rows = []
+    for key in sorted(set(va) | set(vb)):
+        a, b = va.get(key, "—"), vb.get(key, "—")
+        change = "same" if a == b else ("OPPOSED" if {a, b} == OPPOSED else
+                                        "only in one run" if "—" in (a, b) else "moved")
+        rows.append({"claim": key[0], "interpreter": key[1], "A": a, "B": b, "change": change})
+    df = pd.DataFrame(rows, columns=["claim", "interpreter", "A", "B", "change"])
+    counts = {k: int((df["change"] == k).sum()) for k in ("same", "moved", "OPPOSED", "only in one run")}
+    return df, counts
+
+
 def _cvn(cv, n, unstable) -> str:
     if n is None:
         return "—"
@@ -218,6 +243,16 @@ def compare_text(run_a: Run, run_b: Run) -> str:
     lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
     lines.append(df.to_string(index=False))
+    verdicts, counts = compare_verdicts(run_a, run_b)
+    if len(verdicts):
+        lines.append("")
+        lines.append(f"verdicts of {len(verdicts)} measurement claims: {counts['same']} the same, "
+                     f"{counts['moved']} moved (into or out of inconclusive, direction only, ...), "
+                     f"{counts['OPPOSED']} between reproduced and not reproduced, "
+                     f"{counts['only in one run']} judged in one run only")
+        changed = verdicts[verdicts["change"] != "same"]
+        if len(changed):
+            lines.append(changed.to_string(index=False))
     return "\n".join(lines)
 
 

@@ -21,8 +21,9 @@ import pytest
 from bson import ObjectId
 from bson.binary import Binary
 from bson.decimal128 import Decimal128
+from conftest import experiment_tables
 
-from harness import datasets, processes, store
+from harness import datasets, processes
 from harness.analysis import fastapi as analysis
 from harness.apps import listings_api
 from harness.experiments import fastapi_locust
@@ -163,9 +164,10 @@ def test_bottleneck_rules_flip_at_their_thresholds(row, expected):
     assert analysis.bottleneck(row) == expected
 
 
-def test_smoke_run_is_well_formed(run_experiment, tmp_path):
-    result, tables = run_experiment("fastapi_locust", "smoke")
-    assert result["status"] == "ok", result.get("error")
+def test_smoke_run_is_well_formed(smoke_run):
+    """The session's smoke run (every experiment, through the study, as users run it)."""
+    assert smoke_run.experiments["fastapi_locust"]["status"] == "ok", smoke_run.experiments["fastapi_locust"]
+    tables = experiment_tables(smoke_run, "fastapi_locust")
     runs = tables["runs"]
     assert set(runs["variant"]) == set(SMOKE.variants)
     assert (runs["status"] == "ok").all(), runs[["variant", "error"]]
@@ -193,15 +195,12 @@ def test_smoke_run_is_well_formed(run_experiment, tmp_path):
     assert (sent["corrected_s"] >= sent["naive_s"] - 1e-6).all()
     assert (sent["actual_s"] >= sent["intended_s"] - 1e-3).all()
 
-    out = tmp_path / "fastapi_locust" / "r0"
+    out = smoke_run.repeat_dirs("fastapi_locust")[0][1]
     for v in SMOKE.variants:
         for kind in ("stats", "stats_history", "failures"):
             assert (out / "artifacts" / v / f"locust-a0_{kind}.csv").exists()
 
-    # The analysis reads the same files as a stored run.
-    store.write_json_atomic(tmp_path / "manifest.json", {"format_version": store.FORMAT_VERSION,
-                                                         "run_id": "test", "servers": {}})
-    run = store.Run(tmp_path)
+    run = smoke_run
     summary = analysis.summary_table(run)
     assert sorted(summary["variant"]) == sorted(SMOKE.variants)
     assert summary["bottleneck"].isin(analysis.BOTTLENECKS).all()
@@ -254,3 +253,39 @@ def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
     assert set(runs["variant"]) == {"sync_40threads[rtt=20]", "async[rtt=20]", "sync_40threads[direct=on]",
                                     "async[direct=on]"}
     assert (runs["status"] == "ok").all(), runs["error"].tolist()
+
+
+def test_openloop_experiment_offers_every_variant_the_same_rates(smoke_run):
+    """fastapi_openloop: a probe measures the one-thread app's capacity, then each variant gets the
+    same rates (fractions of it), and the analysis names figures per load and variant."""
+    from harness.experiments import fastapi_openloop
+
+    smoke = fastapi_openloop.EXPERIMENT.params("smoke")
+    assert smoke_run.experiments["fastapi_openloop"]["status"] == "ok", smoke_run.experiments["fastapi_openloop"]
+    tables = experiment_tables(smoke_run, "fastapi_openloop")
+    probe = tables["probe"]
+    assert len(probe) == 1 and probe["capacity_rps"].iloc[0] > 0
+    runs = tables["openloop_runs"]
+    measured = runs[~runs["variant"].str.contains("[", regex=False)]
+    assert set(measured["variant"]) == set(smoke.variants)
+    capacity = probe["capacity_rps"].iloc[0]
+    expected = sorted(round(f * capacity, 3) for f in smoke.rate_fractions)
+    for _, g in measured.groupby("variant"):   # the same rates for every variant
+        assert sorted(g["rate"]) == pytest.approx(expected)
+    assert (measured["sent"] > 0).all()
+
+    m = analysis.metrics(smoke_run)
+    m = m[m["experiment"] == "fastapi_openloop"]
+    assert m.loc[m["variant"] == "reference", "metric"].tolist() == ["capacity_rps"]
+    for f in smoke.rate_fractions:
+        for v in smoke.variants:
+            got = set(m.loc[m["variant"] == f"load{round(100 * f)}.{v}", "metric"])
+            assert {"failure_rate", "lag_p99_ms"} <= got, (f, v, got)
+
+
+def test_openloop_rejects_rates_at_or_above_capacity():
+    from harness.errors import HarnessError
+    from harness.experiments import fastapi_openloop
+
+    with pytest.raises(HarnessError, match="rate_fractions must be below 1"):
+        fastapi_openloop.EXPERIMENT.params("smoke", {"rate_fractions": (0.5, 1.2)})

@@ -81,6 +81,23 @@ def test_compare_prints_both_runs_side_by_side(smoke_run):
     assert smoke_run.id in result.output and "B/A" in result.output
 
 
+def test_compare_counts_verdicts_that_move_and_those_that_contradict(tmp_path):
+    def claims(verdicts: dict[str, str]) -> list[dict]:
+        return [{"claim_id": c, "kind": "measurement", "verdict": v, "interpreter": "CPython 3.11"}
+                for c, v in verdicts.items()]
+    a, b = _run_dir(tmp_path, "a", {}), _run_dir(tmp_path, "b", {})
+    (a.path / "summary.json").write_text(json.dumps({"metrics": [], "claims": claims(
+        {"x-01": "reproduced", "x-02": "reproduced", "x-03": "inconclusive", "x-04": "not reproduced",
+         "x-05": "not measured in this run"})}))
+    (b.path / "summary.json").write_text(json.dumps({"metrics": [], "claims": claims(
+        {"x-01": "reproduced", "x-02": "not reproduced", "x-03": "direction only", "x-04": "inconclusive",
+         "x-05": "reproduced"})}))
+    df, counts = summary.compare_verdicts(a, b)
+    assert dict(zip(df["claim"], df["change"])) == {"x-01": "same", "x-02": "OPPOSED", "x-03": "moved",
+                                                    "x-04": "moved", "x-05": "only in one run"}
+    assert counts == {"same": 1, "moved": 2, "OPPOSED": 1, "only in one run": 1}
+
+
 def test_compare_names_a_run_that_does_not_exist(tmp_path):
     result = CliRunner().invoke(cli.cli, ["compare", str(tmp_path / "nope"), "latest",
                                           "--data-dir", str(tmp_path)])

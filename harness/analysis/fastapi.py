@@ -49,6 +49,7 @@ from . import MetricRows
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
+OPENLOOP = "fastapi_openloop"
 VARIANT_ORDER = ("sync_1thread", "sync_40threads", "async", "mixed")
 BUSY = 0.9                 # a resource at or above this fraction of its capacity is saturated
 LOOP_BLOCKED_S = 0.1
@@ -228,23 +229,32 @@ def staircase(run: Run, repeat: int | None = None) -> pd.DataFrame:
                                    "p50": "locust_p50_ms", "p95": "locust_p95_ms"}))
 
 
-def openloop_table(run: Run) -> pd.DataFrame:
+def openloop_table(run: Run, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """Per variant and rate: corrected latency (from intended send time, unsent requests censored at
-    the window's end) vs naive, send lag and validity (`harness.openloop.assess`)."""
+    the window's end) vs naive, send lag and validity (`harness.openloop.assess`); ok cells only.
+    `failure_rate` = failed / sent; above 1% the rate is not a clean figure (`clean` False)."""
     from .. import openloop
 
-    ol = run.table(EXPERIMENT, "openloop")
+    if not run.repeat_dirs(experiment):
+        return pd.DataFrame()
+    ol = run.table(experiment, "openloop")
     if ol.empty:
         return pd.DataFrame()
-    runs = run.table(EXPERIMENT, "openloop_runs")
+    runs = run.table(experiment, "openloop_runs")
     rows = []
     for (rep, variant, rate), g in ol.groupby(["repeat", "variant", "rate"], sort=True):
         info = runs[(runs["repeat"] == rep) & (runs["variant"] == variant) & (runs["rate"] == rate)]
         wall = float(info["wall_s"].iloc[0]) if len(info) else float("nan")
         a = openloop.assess(g, rate, wall)
+        failure_rate = a["failed"] / a["sent"] if a["sent"] else float("nan")
         rows.append({"repeat": rep, "variant": variant, "rate": rate,
-                     "rate_fraction": float(g["rate_fraction"].iloc[0]), **a})
+                     "rate_fraction": float(g["rate_fraction"].iloc[0]), **a,
+                     "failure_rate": failure_rate,
+                     "clean": not a["invalid"] and failure_rate <= OPENLOOP_FAILURES})
     return _order(pd.DataFrame(rows))
+
+
+OPENLOOP_FAILURES = 0.01   # a rate with more failed requests than this is kept raw, never a figure
 
 
 def metrics(run: Run) -> pd.DataFrame:
@@ -260,7 +270,34 @@ def metrics(run: Run) -> pd.DataFrame:
                     continue  # a rate the generator fell behind on is kept raw, never a figure
                 for q in ("corrected_p50_ms", "corrected_p99_ms"):
                     m.put(EXPERIMENT, v, f"openloop_r{k}_{q}", "ms", rep, r[q], "lower")
+    _put_openloop(m, run)
     return m.frame()
+
+
+def _load_name(fraction: float) -> str:
+    """`load90` for 0.9 of the reference's capacity: the variant prefix of fastapi_openloop's figures."""
+    return f"load{round(100 * fraction)}"
+
+
+def _put_openloop(m: MetricRows, run: Run) -> None:
+    """fastapi_openloop: `<experiment>.load<pct>.<variant>.<metric>` per clean rate (p50_ms, p95_ms,
+    p99_ms from the corrected latency; achieved_rps, lag_p99_ms, failure_rate), and
+    `<experiment>.reference.capacity_rps` (the probe)."""
+    t = openloop_table(run, OPENLOOP)
+    if t.empty:
+        return
+    for _, r in t[~t["variant"].str.contains("[", regex=False)].iterrows():
+        v = f"{_load_name(r['rate_fraction'])}.{r['variant']}"
+        m.put(OPENLOOP, v, "failure_rate", "ratio", r["repeat"], r["failure_rate"], "lower")
+        m.put(OPENLOOP, v, "lag_p99_ms", "ms", r["repeat"], r["lag_p99_ms"], "lower")
+        if not r["clean"]:
+            continue  # kept raw (openloop_table shows why), never a figure
+        for q, name in (("corrected_p50_ms", "p50_ms"), ("corrected_p95_ms", "p95_ms"),
+                        ("corrected_p99_ms", "p99_ms")):
+            m.put(OPENLOOP, v, name, "ms", r["repeat"], r[q], "lower")
+        m.put(OPENLOOP, v, "achieved_rps", "req/s", r["repeat"], r["achieved_rps"], "higher")
+    for _, r in run.table(OPENLOOP, "probe").iterrows():
+        m.put(OPENLOOP, "reference", "capacity_rps", "req/s", r["repeat"], r["capacity_rps"], "higher")
 
 
 def _put_rows(m: MetricRows, experiment: str, t: pd.DataFrame) -> None:

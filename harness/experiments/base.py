@@ -237,6 +237,8 @@ class Experiment:
     failure_tolerance: ClassVar[float] = 0.0
     # True if run() writes to a server: the study checkpoints and vacuums after it
     writes: ClassVar[bool] = False
+    # False: not part of `harness study` (a check of the tooling); `harness run <name>` still runs it
+    in_study: ClassVar[bool] = True
     # Declarations read by the worker, the study, the summary and the tests (contract C5):
     tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
     headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with
