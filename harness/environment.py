@@ -77,7 +77,19 @@ def machine() -> dict[str, Any]:
         "memory_total_bytes": vm.total,
         "load_average": list(os.getloadavg()),
         "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
+        # Which machine and which boot: two runs compare "across machines" only if machine_id differs
+        # (the hostname is the same `vm` on every machine of this project).
+        "machine_id": _read_first_line("/etc/machine-id"),
+        "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
+        "booted_at": psutil.boot_time(),
     }
+
+
+def _read_first_line(path: str) -> str | None:
+    try:
+        return Path(path).read_text().split("\n", 1)[0].strip() or None
+    except OSError:
+        return None
 
 
 def python_info() -> dict[str, Any]:
