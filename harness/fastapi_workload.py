@@ -282,7 +282,7 @@ class Variant:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db_pids = database_pids(ctx.servers)
 
-    def _start_server(self, phase: str):
+    def start_app(self, phase: str):
         """A fresh uvicorn process on a free loopback port, healthy and warmed up."""
         port = processes.free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -309,12 +309,12 @@ class Variant:
         p = self.p
         # Each attempt gets its own server: requests Locust left queued in the first (a sync
         # endpoint's thread-pool queue outlives the client's disconnect) must not delay the second.
-        server = self._start_server("locust")
+        server = self.start_app("locust")
         try:
             row = self._locust(server, 0, p.locust_workers)
             if row["generator_saturated"] and p.saturation_workers > p.locust_workers:
                 server.stop()
-                server = self._start_server("locust-a1")
+                server = self.start_app("locust-a1")
                 row = self._locust(server, 1, p.saturation_workers)
         finally:
             server.stop()
@@ -325,7 +325,7 @@ class Variant:
                      drain_s: float | None = None) -> list[dict[str, Any]]:
         """The open-loop phase alone on a fresh server: `rates` ((req/s, fraction) pairs) in turn,
         each for `duration_s` (default openloop_duration_s); returns the `openloop_runs` rows."""
-        server = self._start_server("openloop")
+        server = self.start_app("openloop")
         try:
             return self._openloop(server, rates, duration_s, drain_s)
         finally:

@@ -240,6 +240,11 @@ def compare_text(run_a: Run, run_b: Run) -> str:
                 spread = f"cv {100 * cv:.1f}%, n={before.get('n')}" if cv is not None else f"n={before.get('n')}"
                 parts.append(f"{which} {before['median']:.4g} {before.get('unit', '')} ({spread})")
         lines.append(f"{label} ceilings (before): " + ("; ".join(parts) or "none recorded"))
+    ids = [((r.manifest.get("environment") or {}).get("machine") or {}).get("machine_id") for r in (run_a, run_b)]
+    lines.append("machines: " + ("not recorded for both runs (runs before machine_id was kept): they may "
+                                 "be one machine" if None in ids else
+                                 "the same machine" if ids[0] == ids[1] else "two different machines")
+                 + f" (machine_id A {ids[0] or '—'}, B {ids[1] or '—'})")
     lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
     lines.append(df.to_string(index=False))

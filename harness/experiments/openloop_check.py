@@ -144,7 +144,9 @@ class OpenloopCheckParams(Params):
 
     @property
     def path(self) -> str:
-        return request_path(self.query, page=self.page, market="Porto", band=1, min_rating=95, limit=20)
+        # fastapi_locust's default request (a page of the companion collection holds PAGE_SIZE listings)
+        return request_path(self.query, page=self.page, market="Porto", band=1, min_rating=95,
+                            limit=datasets.PAGE_SIZE)
 
     @property
     def index_probe(self) -> str:
@@ -197,7 +199,7 @@ class OpenloopCheck(Experiment):
                               "app_variant": "async"})
         app = Variant(ctx, p, "async")
         with search_index(ctx, p.query, p.index_probe):
-            server = app._start_server("openloop_check")
+            server = app.start_app("openloop_check")
             try:
                 ctx.note("unloaded_latency_s", app.base.get("unloaded_latency_s"))
                 levels = self._levels(ctx, p, app, server)
