@@ -263,6 +263,7 @@ def test_openloop_experiment_offers_every_variant_the_same_rates(smoke_run):
     smoke = fastapi_openloop.EXPERIMENT.params("smoke")
     assert smoke_run.experiments["fastapi_openloop"]["status"] == "ok", smoke_run.experiments["fastapi_openloop"]
     tables = experiment_tables(smoke_run, "fastapi_openloop")
+    assert analysis.available(smoke_run, analysis.OPENLOOP)   # what notebook 04 asks before its section
     probe = tables["probe"]
     assert len(probe) == 1 and probe["capacity_rps"].iloc[0] > 0
     runs = tables["openloop_runs"]

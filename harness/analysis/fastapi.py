@@ -60,7 +60,10 @@ BOTTLENECKS = ("load_generator", "offered_load", "database_cpu", "machine_cpu", 
 
 def available(run: Run, experiment: str = EXPERIMENT) -> bool:
     """True if the run holds at least one ok cell of the experiment."""
-    return bool(run.repeat_dirs(experiment)) and not run.table(experiment, "runs").empty
+    if not run.repeat_dirs(experiment):
+        return False
+    cells = run.cells(experiment)
+    return not cells.empty and bool((cells["status"] == "ok").any())
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
