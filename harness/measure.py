@@ -172,8 +172,9 @@ class CPUSampler:
                     alive += 1
                 except psutil.Error:
                     pass
-            self.rows.append({"t_s": t, "role": role, "cpu_s": sum(self._last.get(m, 0.0) for m in members),
-                              "procs": alive})
+            # a role with no process here (a remote or Docker server) is not measured: NaN, never 0
+            cpu = sum(self._last.get(m, 0.0) for m in members) if pids else float("nan")
+            self.rows.append({"t_s": t, "role": role, "cpu_s": cpu, "procs": alive})
 
     def __enter__(self) -> CPUSampler:
         self.sample()

@@ -727,15 +727,50 @@ def libpq_env(dsn: str) -> dict[str, str]:
 
 
 def database_pids(stack: ServerStack) -> list[int]:
-    """The database processes this harness started (FerretDB and its PostgreSQL), if any: the roots
-    of the process trees whose CPU counts as the database's (backends and background workers too)."""
+    """The database processes on this machine (FerretDB and its PostgreSQL, or a local server given
+    by URI): the roots of the process trees whose CPU counts as the database's (backends and
+    background workers too). Empty for servers elsewhere (Docker, a cloud): their CPU is not measured."""
     pids: list[int] = []
-    for server in (stack.mongodb, stack.postgres):
+    backend = None
+    m, pg = stack.mongodb, stack.postgres
+    for server in (m, pg):
         if server is not None and server.source in ("local", "servers-up"):
             pids += list(server.pids)
-    if stack.mongodb is not None and stack.mongodb.implementation == "ferretdb":
-        # FerretDB's PostgreSQL cluster: its postmaster, found by the backend's port.
-        postmaster, _how = find_postmaster(stack.mongodb.backend_uri)
-        if postmaster is not None:
-            pids.append(postmaster)
+    if m is not None and m.implementation == "ferretdb":
+        backend = m.backend_uri
+        if m.source not in ("local", "servers-up"):  # given by URI: found by its listening port
+            pid, backend = _local_ferretdb(m.uri)
+            pids += [pid] if pid else []
+    if pg is not None and pg.source not in ("local", "servers-up"):
+        postmaster, _how = find_postmaster(pg.uri)
+        pids += [postmaster] if postmaster else []
+    if backend:  # FerretDB's PostgreSQL cluster: its postmaster, found by the backend's port
+        postmaster, _how = find_postmaster(backend)
+        pids += [postmaster] if postmaster else []
     return sorted(set(pids))
+
+
+def _local_ferretdb(uri: str) -> tuple[int | None, str | None]:
+    """(pid, backend URL) of a FerretDB process on this machine listening on `uri`'s port."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port or 27017
+    except ValueError:
+        return None, None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None, None
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["name"] != "ferretdb" or not any(a.endswith(f"--listen-addr=127.0.0.1:{port}")
+                                                       or a == f"--listen-addr=localhost:{port}" for a in cmd):
+                continue
+            url = next((a.split("=", 1)[1] for a in cmd if a.startswith("--postgresql-url=")), None)
+            return p.pid, url
+        except psutil.Error:
+            continue
+    return None, None

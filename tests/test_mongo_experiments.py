@@ -150,10 +150,23 @@ def test_models(mongo_run):
     threads = w[w["mode"] == "threads"]
     assert sorted(threads.workers) == sorted(params["thread_counts"])
     assert (threads.pool_size == threads.workers).all()
-    # the database's and the machine's CPU over every window (the harness's own local servers),
-    # and from them every variant's named bottleneck
+
+
+def test_models_charge_database_cpu_and_name_a_bottleneck(run_experiment, tmp_path):
+    """On the harness's own local servers (the session's smoke run reaches them by URI, where
+    their processes are not known): the database's and the machine's CPU over every window, and
+    from them every variant's named bottleneck."""
+    result, t = run_experiment("mongo_models", "smoke")
+    assert result["status"] == "ok", result.get("error")
+    w = t["windows"]
     assert (w.db_cpu_s > 0).all() and (w.machine_busy_s >= w.cpu_s * 0.5).all() and (w.cores >= 1).all()
-    m = mongo.metrics(mongo_run)
+    from harness.experiments import mongo_models
+
+    params = mongo_models.EXPERIMENT.params("smoke").to_dict()
+    store.write_json_atomic(tmp_path / "manifest.json", {
+        "format_version": store.FORMAT_VERSION, "run_id": "test", "servers": {},
+        "experiments": {"mongo_models": {"status": "ok", "params": params}}})
+    m = mongo.metrics(store.Run(tmp_path))
     models = m[m.experiment == "mongo_models"]
     assert {"db_cpu_pct", "client_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"} <= set(models.metric)
     limits = set(models[models.metric == "throughput_qps"].bottleneck)
@@ -165,7 +178,8 @@ def test_models(mongo_run):
     ("async", 85.0, 100.0, 190.0, "database_cpu"),       # machine full, the database its largest user
     ("async", 85.0, 60.0, 190.0, "machine_cpu"),         # machine full, someone else larger
     ("async", 85.0, 60.0, 170.0, "unexplained"),         # nothing at 90%
-    ("threads", 95.0, 90.0, 190.0, "database_cpu"),      # threads may use both cores: not client-bound
+    ("threads", 95.0, 90.0, 190.0, "machine_cpu"),       # threads may use both cores: not client-bound
+    ("threads", 80.0, 100.0, 190.0, "database_cpu"),
     ("threads", 185.0, 5.0, 195.0, "client_cpu"),
 ])
 def test_models_bottleneck_flips_at_its_thresholds(mode, client, db, machine, expected):

@@ -158,3 +158,21 @@ def test_the_environment_is_locked_and_its_lock_recorded():
     assert "make lock" in lock.splitlines()[1]          # the one command, in the header
     assert "-r requirements.lock" in (REPO_ROOT / "environment.yml").read_text()
     assert environment.collect()["lock_sha256"] == hashlib.sha256(lock.encode()).hexdigest()
+
+
+def test_database_pids_finds_local_servers_given_by_uri(stack):
+    """The database's CPU is measured for local servers however they were given: the harness's own
+    stack and the same servers passed by URI name the same process trees."""
+    import copy
+
+    own = servers.database_pids(stack)
+    assert own and all(psutil.pid_exists(p) for p in own)
+    by_uri = copy.deepcopy(stack)
+    for s in (by_uri.mongodb, by_uri.postgres):
+        s.source, s.pids = "env", []
+    by_uri.mongodb.backend_uri = None
+    assert servers.database_pids(by_uri) == own
+    elsewhere = copy.deepcopy(by_uri)
+    elsewhere.mongodb.uri = "mongodb://db.example.invalid:27017/"
+    elsewhere.postgres.uri = "postgresql://u@db.example.invalid:5432/x"
+    assert servers.database_pids(elsewhere) == []
