@@ -423,7 +423,7 @@ class Variant:
         row["returncode"] = gens[0].poll()
         row["server_cpu_s"] = cpu.used("server")
         row["locust_cpu_s"] = cpu.used("locust")
-        row["db_cpu_s"] = cpu.used("database") if self.db_pids else float("nan")
+        row["db_cpu_s"] = cpu.used("database")
         text = "".join((self.dir / f"locust-a{attempt}{sfx}.log").read_text(errors="replace")
                        for sfx in ["", *[f"-worker{k}" for k in range(workers)]]
                        if (self.dir / f"locust-a{attempt}{sfx}.log").exists())
@@ -515,7 +515,7 @@ class Variant:
                    "scheduled": len(df), "sent": int(df["sent"].sum()), "ok": int(df["ok"].sum()),
                    "unsent": int((~df["sent"]).sum()), "wall_s": res.wall_s,
                    "server_cpu_s": cpu.used("server"),
-                   "db_cpu_s": cpu.used("database") if self.db_pids else float("nan"), **self.base, **self.extra}
+                   "db_cpu_s": cpu.used("database"), **self.base, **self.extra}
             ctx.record("openloop_runs", [row])
             out.append(row)
         return out

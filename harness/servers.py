@@ -33,7 +33,7 @@ from pathlib import Path
 from . import config, processes
 from .config import REPO_ROOT
 from .errors import HarnessError
-from .measure import find_postmaster
+from .measure import LOOPBACK, find_postmaster
 from .redact import redact
 
 MONGO_IMAGE = "mongo:8.2"
@@ -761,13 +761,13 @@ def _local_ferretdb(uri: str) -> tuple[int | None, str | None]:
         host, port = parts.hostname, parts.port or 27017
     except ValueError:
         return None, None
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if host not in LOOPBACK:
         return None, None
+    listen = {f"--listen-addr={h}:{port}" for h in LOOPBACK}
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
             cmd = p.info["cmdline"] or []
-            if p.info["name"] != "ferretdb" or not any(a.endswith(f"--listen-addr=127.0.0.1:{port}")
-                                                       or a == f"--listen-addr=localhost:{port}" for a in cmd):
+            if p.info["name"] != "ferretdb" or listen.isdisjoint(cmd):
                 continue
             url = next((a.split("=", 1)[1] for a in cmd if a.startswith("--postgresql-url=")), None)
             return p.pid, url

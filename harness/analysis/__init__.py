@@ -26,6 +26,19 @@ from typing import Any
 import pandas as pd
 
 METRIC_COLUMNS = ("experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck")
+BUSY = 0.9   # a resource at or above this fraction of its capacity is saturated (every family's rules)
+
+
+def machine_limit(machine_pct: float, cores: float, users: dict[str, float]) -> str | None:
+    """The rule every family's bottleneck shares for the whole machine: when it is >= BUSY busy,
+    `database_cpu` if the database (key "database" of `users`, % of a core) is its largest user
+    (of `users` and everything else on the machine), else `machine_cpu`; None when not busy."""
+    if not machine_pct >= BUSY * 100.0 * cores:
+        return None
+    known = sum(v for v in users.values() if not math.isnan(v))
+    everyone = {**users, "other": machine_pct - known}
+    largest = max(everyone, key=lambda k: -1.0 if math.isnan(everyone[k]) else everyone[k])
+    return "database_cpu" if largest == "database" else "machine_cpu"
 BETTER = ("higher", "lower", "")
 
 

@@ -45,13 +45,12 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import MetricRows
+from . import BUSY, MetricRows, machine_limit
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
 OPENLOOP = "fastapi_openloop"
 VARIANT_ORDER = ("sync_1thread", "sync_40threads", "async", "mixed")
-BUSY = 0.9                 # a resource at or above this fraction of its capacity is saturated
 LOOP_BLOCKED_S = 0.1
 UNLOADED_REQUESTS = 20     # R0 fallback: median latency of a cell's first successful requests
 BOTTLENECKS = ("load_generator", "offered_load", "database_cpu", "machine_cpu", "thread_limiter",
@@ -96,14 +95,11 @@ def bottleneck(r: dict[str, Any] | pd.Series) -> str:
         return "load_generator"
     if g("offered_load_ratio") >= BUSY:
         return "offered_load"
-    cores = g("cores")
-    if g("machine_cpu_pct") >= BUSY * 100 * cores:
-        users = {"database": g("db_cpu_pct"), "app": g("app_cpu_pct"), "locust": g("locust_cpu_pct"),
-                 "proxy": g("proxy_cpu_pct")}
-        known = sum(v for v in users.values() if not math.isnan(v))
-        users["other"] = g("machine_cpu_pct") - known   # anything else on the machine
-        largest = max(users, key=lambda k: -1 if math.isnan(users[k]) else users[k])
-        return "database_cpu" if largest == "database" else "machine_cpu"
+    machine = machine_limit(g("machine_cpu_pct"), g("cores"), {
+        "database": g("db_cpu_pct"), "app": g("app_cpu_pct"), "locust": g("locust_cpu_pct"),
+        "proxy": g("proxy_cpu_pct")})
+    if machine:
+        return machine
     if g("busy_tokens_frac") >= BUSY:
         return "thread_limiter"
     if g("loop_lag_p50_ms") >= LOOP_BLOCKED_S * 1000:

@@ -77,7 +77,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import MetricRows, metric_name
+from . import BUSY, MetricRows, machine_limit, metric_name
 
 SEED_SETUP = ("asyncio", "pymongo")
 
@@ -164,9 +164,6 @@ def _closed_loop_summary(run: Run, exp: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-BUSY = 0.9   # a CPU at or above this fraction of its capacity is saturated (as harness.analysis.fastapi)
-
-
 def _resources(w: pd.Series) -> dict[str, Any]:
     """A window's CPU as % of one core (client, database, machine) and its limiting resource, when
     the window measured the database (mongo_models): see `models_bottleneck`."""
@@ -193,11 +190,7 @@ def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: 
     client_cap = 100.0 * (cores if mode == "threads" else 1)
     if client_pct >= BUSY * client_cap:
         return "client_cpu"
-    if machine_pct >= BUSY * 100.0 * cores:
-        users = {"database": db_pct, "client": client_pct, "other": machine_pct - client_pct - db_pct}
-        largest = max(users, key=lambda k: -1.0 if np.isnan(users[k]) else users[k])
-        return "database_cpu" if largest == "database" else "machine_cpu"
-    return "unexplained"
+    return machine_limit(machine_pct, cores, {"database": db_pct, "client": client_pct}) or "unexplained"
 
 
 def pool_summary(run: Run) -> pd.DataFrame:

@@ -225,7 +225,7 @@ class OpenloopCheck(Experiment):
             df = res.frame()
             w.ops = int(df["sent"].sum())
             w.fields.update(server_cpu_s=cpu.used("server"),
-                            db_cpu_s=cpu.used("database") if app.db_pids else float("nan"))
+                            db_cpu_s=cpu.used("database"))
         # closed loop at `connections`: what completes after the first second is the capacity
         counted = df[df["ok"] & (df["end_s"] >= 1.0) & (df["end_s"] <= p.probe_s)]
         capacity = len(counted) / (p.probe_s - 1.0)
@@ -272,7 +272,7 @@ class ToolWindow:
             # the whole machine's busy CPU: what else ran beside generator, app and database shows here
             w.fields.update(generator_cpu_s=row.get("generator_cpu_s", float("nan")),
                             server_cpu_s=cpu.used("server"),
-                            db_cpu_s=cpu.used("database") if self.app.db_pids else float("nan"),
+                            db_cpu_s=cpu.used("database"),
                             machine_cpu_s=machine_busy_s() - machine0)
             if samples is not None and len(samples):
                 row.update(sent=int(samples["sent"].sum()), ok=int(samples["ok"].sum()))
