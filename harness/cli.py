@@ -90,6 +90,9 @@ def list_cmd(as_json: bool) -> None:
         click.echo(f"{name:16} {e.title}  [needs: {', '.join(e.needs)}]")
         full = e.params("full").to_dict()
         click.echo(f"{'':16} parameters (full): " + ", ".join(f"{k}={v}" for k, v in full.items()))
+        seed = {k: v for k, v in e.params("seed").to_dict().items() if full.get(k) != v}
+        if seed:
+            click.echo(f"{'':16} seed profile differs in: " + ", ".join(f"{k}={v}" for k, v in seed.items()))
 
 
 def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared") -> Path:
@@ -108,7 +111,9 @@ def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared"
 
 
 _profile = click.option("--profile", type=click.Choice(PROFILES), default="quick", show_default=True,
-                        help="Sizes: smoke (tests, seconds), quick (minutes), full (the seeds' own sizes).")
+                        help="Sizes and repeats: smoke (tests, seconds), quick (one repeat, minutes), full (the "
+                             "reference: repeated, sized for about 40-60 min here), seed (the seeds' own "
+                             "sizes: hours here).")
 _repeat = click.option("--repeat", type=click.IntRange(min=1), default=None,
                        help="Run every experiment N times (default: each experiment's own count for the "
                             "profile, see `list`), round-robin across experiments, each in a fresh process.")

@@ -40,7 +40,7 @@ DRIVERS = ("pymongo", "motor")
 COLLECTION = "orders"
 # Documents in `orders` per profile: every MongoDB experiment uses the same size in a profile, so
 # running several of them does not reload the collection between experiments.
-DOCUMENTS = {"full": 100_000, "quick": 20_000, "smoke": 2_000}
+DOCUMENTS = {"seed": 100_000, "full": 20_000, "quick": 20_000, "smoke": 2_000}
 # The `samples` rows async_variant() and threads_variant() record (kinds as in experiments/base.py),
 # before the caller's own fields.
 CLOSED_LOOP_SAMPLES = {"variant": "str", "loop": "str", "driver": "str", "pool_size": "int", "workers": "int",

@@ -37,7 +37,7 @@ def test_list_shows_every_registered_experiment():
     listed = json.loads(out.stdout)
     assert set(listed) == set(registry.all_experiments())
     for name, e in listed.items():
-        assert set(e["params"]) == {"smoke", "quick", "full"}, name
+        assert set(e["params"]) == {"smoke", "quick", "full", "seed"}, name
 
 
 @pytest.mark.parametrize("args, message", [

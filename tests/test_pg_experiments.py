@@ -43,10 +43,11 @@ def _run(stack, tmp_path_factory, name, **overrides):
 def test_registered_with_profiles():
     for name in ("pg_models", "pg_ceiling"):
         exp = registry.get(name)
-        assert set(exp.profiles) == {"full", "quick", "smoke"}
-        full = exp.params("full")
-        assert full.clients == 200 or full.clients[0] == 200
-        assert full.duration_s == 5.0
+        assert set(exp.profiles) == {"seed", "full", "quick", "smoke"}
+        seed, full = exp.params("seed"), exp.params("full")
+        assert seed.clients == 200 or seed.clients[0] == 200
+        assert seed.duration_s == 5.0
+        assert full.clients == seed.clients  # the reference profile keeps the seed's concurrency
     assert registry.get("pg_models").params("full").models == MODELS
 
 

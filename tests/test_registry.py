@@ -30,6 +30,7 @@ def test_declarations(name):
     assert "samples" in exp.tables or "windows" in exp.tables, f"{name}: neither samples nor windows"
     assert exp.headline and all(isinstance(m, Metric) for m in exp.headline), f"{name}: no headline metrics"
     assert exp.repeats.get("smoke") == 1 and exp.repeats.get("full", 0) >= 3, exp.repeats
+    assert exp.repeats.get("seed", 0) >= 3, exp.repeats
     module = registry.analysis_of(name)
     assert module is not None, f"{name} declares no analysis module"
     assert callable(getattr(module, "metrics", None)), f"{exp.analysis} has no metrics(run)"

@@ -5,7 +5,7 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
 
     @dataclass(frozen=True)
     class CursorParams(Params):
-        documents: int = 100_000          # defaults are the `full` profile: the seed's own sizes
+        documents: int = 100_000          # defaults are the `seed` profile: the seed's own sizes
         batch_sizes: tuple[int, ...] = (100, 1000, 10000)
         def validate(self):
             super().validate(); self.require_positive("documents")
@@ -15,8 +15,9 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
         title = "Event-loop stalls while iterating a large cursor"
         needs = ("mongodb",)
         params_type = CursorParams
-        profiles = {"full": {}, "quick": {"documents": 20_000}, "smoke": {"documents": 2_000}}
-        repeats = {"smoke": 1, "quick": 1, "full": 10}
+        profiles = {"seed": {}, "full": {"documents": 20_000}, "quick": {"documents": 20_000},
+                    "smoke": {"documents": 2_000}}
+        repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
         analysis = "harness.analysis.mongo"            # its metrics(run) names the headline figures
         headline = (Metric("max_stall_ms", "ms", "lower"),)
         tables = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", ...},
@@ -150,7 +151,7 @@ def check_table(experiment: str, schemas: dict[str, dict[str, str]], table: str,
 
 @dataclass(frozen=True)
 class Params:
-    """Base for an experiment's parameters. Defaults are the `full` profile.
+    """Base for an experiment's parameters. Defaults are the `seed` profile (the seeds' own sizes).
 
     Subclasses add fields with type annotations (int, float, str, bool, or tuples of those) and
     extend `validate()`; every field can be overridden from the CLI with `--set name=value`.
@@ -232,7 +233,7 @@ class Experiment:
     title: ClassVar[str]
     needs: ClassVar[tuple[str, ...]]           # server roles: "mongodb", "postgres"
     params_type: ClassVar[type[Params]] = Params
-    profiles: ClassVar[dict[str, dict[str, Any]]] = {"full": {}, "quick": {}, "smoke": {}}
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {"seed": {}, "full": {}, "quick": {}, "smoke": {}}
     # fraction of failed operations a cell tolerates (overload is itself the subject: fastapi)
     failure_tolerance: ClassVar[float] = 0.0
     # True if run() writes to a server: the study checkpoints and vacuums after it
@@ -243,9 +244,10 @@ class Experiment:
     tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
     headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with
     analysis: ClassVar[str] = ""                         # dotted path of the analysis module
-    # repeats per profile (`--repeat N` overrides): full >= 3, >= 10 where a window is a few seconds;
+    # repeats per profile (`--repeat N` overrides): full and seed >= 3, 10 where a window is a few
+    # seconds and the seed's claim hangs on it (pool, cursor, client, the PostgreSQL models);
     # quick is one repeat (issue 10: quick <= 4 min)
-    repeats: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 1, "full": 3}
+    repeats: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
 
     def params(self, profile: str, overrides: dict[str, Any] | None = None) -> Params:
         """The profile's parameters with `overrides` applied, validated."""

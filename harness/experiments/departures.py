@@ -77,7 +77,7 @@ class DeparturesParams(Params):
     families: tuple[str, ...] = FAMILIES
     duration_s: float = 2.0
     warmup_s: float = 0.5
-    documents: int = DOCUMENTS["full"]
+    documents: int = DOCUMENTS["seed"]
     mongo_threads: int = 32
     mongo_tasks: int = 200
     mongo_pool: int = 10
@@ -136,7 +136,7 @@ class Departures(Experiment):
     needs = ("mongodb", "postgres")
     params_type = DeparturesParams
     analysis: ClassVar[str] = "harness.analysis.departures"
-    repeats: ClassVar[dict[str, int]] = {"full": 3, "quick": 1, "smoke": 1}
+    repeats: ClassVar[dict[str, int]] = {"full": 3, "seed": 3, "quick": 1, "smoke": 1}
     # as harness.analysis.departures names them; one cpu_ratio_<async model> per async model measured
     # (these two run in every profile; cpu_ratio_uvloop_asyncpg too where pg_models holds it). A ratio is
     # judged against the seed's, so neither direction is better.
@@ -158,7 +158,9 @@ class Departures(Experiment):
         "failures": {"variant": "str", "cell": "str", "error": "str", "returncode": "any", "log_tail": "str"},
     }
     profiles = {
-        "full": {},
+        "seed": {},
+        "full": {"rtts_ms": (0.0, 5.0), "duration_s": 1.0, "warmup_s": 0.3, "documents": DOCUMENTS["full"],
+                 "timeout_s": 900.0},
         "quick": {"rtts_ms": (0.0, 5.0), "duration_s": 1.0, "warmup_s": 0.3, "documents": DOCUMENTS["quick"],
                   "pg_clients": 100, "timeout_s": 900.0},
         "smoke": {"pythons": ("3.11", "3.12"), "rtts_ms": (0.0, 1.0), "duration_s": 0.3, "warmup_s": 0.1,

@@ -57,7 +57,7 @@ class FastapiCrossover(Experiment):
     params_type = CrossoverParams
     analysis = "harness.analysis.fastapi"
     failure_tolerance = 0.01
-    repeats = {"smoke": 1, "quick": 1, "full": 3}
+    repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("max_rps", "req/s", "higher"), Metric("p95_ms", "ms", "lower"))
     tables = {
         "runs": {"variant": "str", "attempt": "int", "status": "str", **_ANY},
@@ -71,7 +71,8 @@ class FastapiCrossover(Experiment):
         "windows": window_columns(**_ANY),
     }
     profiles = {
-        "full": {},
+        "seed": {},
+        "full": {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0},
         "quick": {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0},
         "smoke": {"documents": 300, "variants": ("sync_40threads", "async"), "rtts_ms": (5,), "users": 4,
                   "spawn_rate": 4.0, "hold_s": 4.0, "wait_min_s": 0.1, "wait_max_s": 0.3, "ping_count": 5,

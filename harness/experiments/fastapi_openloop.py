@@ -72,7 +72,7 @@ class FastapiOpenloop(Experiment):
     params_type = OpenloopParams
     analysis = "harness.analysis.fastapi"
     failure_tolerance = 0.01
-    repeats = {"smoke": 1, "quick": 1, "full": 3}
+    repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("p50_ms", "ms", "lower"), Metric("p95_ms", "ms", "lower"))
     tables = {
         "openloop": {"variant": "str", "rate": "float", **_ANY},
@@ -82,7 +82,8 @@ class FastapiOpenloop(Experiment):
         "windows": window_columns(**_ANY),
     }
     profiles = {
-        "full": {},
+        "seed": {},
+        "full": {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0},
         "quick": {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0},
         "smoke": {"documents": 300, "openloop_duration_s": 2.0, "openloop_drain_s": 3.0, "probe_s": 1.5,
                   "probe_rate": 300.0, "openloop_connections": 16, "health_timeout_s": 30.0, "ping_count": 5,

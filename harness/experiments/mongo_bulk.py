@@ -81,11 +81,12 @@ class BulkWrites(Experiment):
     needs = ("mongodb",)
     writes = True   # inserts and drops: the study checkpoints and vacuums after it
     params_type = BulkParams
-    profiles = {"full": {},
+    profiles = {"seed": {},
+                "full": {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5},
                 "quick": {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5},
                 "smoke": {"documents": 1_000, "insert_one_count": 50, "upserts": 100, "dup_batch": 20,
                           "dup_index": 10, "warmup_s": 0.1}}
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("insert_one_us_per_doc", "us", "lower"), Metric("insert_many_s", "s", "lower"),
                 Metric("insert_many_unordered_s", "s", "lower"))

@@ -38,7 +38,7 @@ MODES = ("per_request", "shared")
 
 @dataclass(frozen=True)
 class ClientParams(Params):
-    documents: int = DOCUMENTS["full"]
+    documents: int = DOCUMENTS["seed"]
     iterations: int = 1000
     modes: tuple[str, ...] = MODES
     loops: tuple[str, ...] = LOOPS
@@ -60,12 +60,13 @@ class ClientPerRequest(Experiment):
     title = "A client created per request against one shared client"
     needs = ("mongodb",)
     params_type = ClientParams
-    profiles = {"full": {},
+    profiles = {"seed": {},
+                "full": {"documents": DOCUMENTS["full"], "iterations": 200, "warmup_s": 0.5},
                 "quick": {"documents": DOCUMENTS["quick"], "iterations": 200, "warmup_s": 0.5},
                 "smoke": {"documents": DOCUMENTS["smoke"], "iterations": 10, "warmup_s": 0.1,
                           "drivers": ("pymongo",), "loops": ("asyncio",)}}
 
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("per_request_ms", "ms", "lower"), Metric("shared_ms", "ms", "lower"))
     tables = {"samples": {"variant": "str", "mode": "str", "loop": "str", "driver": "str", "task": "int",

@@ -43,7 +43,7 @@ MONGODB_LABEL = "MongoDB-sized batches, emulated on FerretDB"
 
 @dataclass(frozen=True)
 class CursorParams(Params):
-    documents: int = DOCUMENTS["full"]             # size of `orders`, all read by every variant
+    documents: int = DOCUMENTS["seed"]             # size of `orders`, all read by every variant
     batch_sizes: tuple[int, ...] = (100, 1000, 10000)
     default_batching: bool = True                 # also iterate with the driver/server default
     mongodb_batches: bool = True                  # also iterate with MongoDB-sized (16 MiB) batches
@@ -91,11 +91,12 @@ class CursorStall(Experiment):
     title = "Event-loop stalls while iterating a 100,000-document cursor"
     needs = ("mongodb",)
     params_type = CursorParams
-    profiles = {"full": {},
+    profiles = {"seed": {},
+                "full": {"documents": DOCUMENTS["full"], "probe_idle_s": 0.5, "warmup_s": 0.5},
                 "quick": {"documents": DOCUMENTS["quick"], "probe_idle_s": 0.5, "warmup_s": 0.5},
                 "smoke": {"documents": DOCUMENTS["smoke"], "batch_sizes": (100, 1000),
                           "probe_idle_s": 0.2, "warmup_s": 0.1, "size_sample": 500}}
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("max_stall_ms", "ms", "lower"), Metric("total_s", "s", "lower"))
     tables = {

@@ -45,7 +45,7 @@ from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 @dataclass(frozen=True)
 class ModelsParams(Params):
-    documents: int = DOCUMENTS["full"]
+    documents: int = DOCUMENTS["seed"]
     duration_s: float = 4.0
     thread_counts: tuple[int, ...] = (32, 100)
     tasks: int = 200
@@ -70,13 +70,15 @@ class ThreadsVsAsyncio(Experiment):
     title = "Threads with MongoClient against asyncio with AsyncMongoClient: throughput and CPU per query"
     needs = ("mongodb",)
     params_type = ModelsParams
-    profiles = {"full": {},
+    profiles = {"seed": {},
+                "full": {"documents": DOCUMENTS["full"], "duration_s": 2.0, "warmup_s": 0.5,
+                         "pool_sweep": (5, 20, 100)},
                 "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5,
                           "pool_sweep": (5, 20, 100)},
                 "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.3, "warmup_s": 0.1,
                           "thread_counts": (4,), "tasks": 20, "pool_size": 4, "drivers": ("pymongo",),
                           "loops": ("asyncio",), "pool_sweep": (2, 8)}}
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},

@@ -38,7 +38,7 @@ MODES = ("bare", "semaphore", "large_pool")
 
 @dataclass(frozen=True)
 class PoolParams(Params):
-    documents: int = DOCUMENTS["full"]
+    documents: int = DOCUMENTS["seed"]
     tasks: int = 200
     duration_s: float = 4.0
     pool_size: int = 10
@@ -63,12 +63,13 @@ class PoolFairness(Experiment):
     title = "200 tasks on a 10-connection pool: median, tail and per-task completions"
     needs = ("mongodb",)
     params_type = PoolParams
-    profiles = {"full": {},
+    profiles = {"seed": {},
+                "full": {"documents": DOCUMENTS["full"], "duration_s": 2.0, "warmup_s": 0.5},
                 "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5},
                 "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
                           "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
 
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p50_ms", "ms", "lower"),
                 Metric("throughput_qps", "queries/s", "higher"), Metric("jain_index", "ratio", "higher"))

@@ -166,7 +166,7 @@ class OpenloopCheck(Experiment):
     params_type = OpenloopCheckParams
     analysis = "harness.analysis.openloop_check"
     failure_tolerance = 0.01               # above saturation a few time-outs are a figure, not a fault
-    repeats = {"smoke": 1, "quick": 1, "full": 3}
+    repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("throughput_rps", "req/s", ""), Metric("p50_ms", "ms", ""), Metric("p99_ms", "ms", ""),
                 Metric("agrees", "flag", ""))
     tables = {
@@ -181,7 +181,8 @@ class OpenloopCheck(Experiment):
         "windows": window_columns(**_ANY),
     }
     profiles = {
-        "full": {},
+        "seed": {},
+        "full": {"duration_s": 10.0, "drain_s": 15.0, "probe_s": 4.0, "timeout_s": 600.0},
         "quick": {"duration_s": 10.0, "drain_s": 15.0, "probe_s": 4.0, "timeout_s": 600.0},
         "smoke": {"documents": 300, "duration_s": 2.0, "drain_s": 5.0, "probe_s": 1.5, "connections": 4,
                   "settle_s": 0.5, "health_timeout_s": 30.0, "cpu_sample_s": 0.5, "timeout_s": 300.0},

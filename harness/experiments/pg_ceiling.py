@@ -126,12 +126,13 @@ class PgCeiling(Experiment):
     needs = ("postgres",)
     params_type = PgCeilingParams
     profiles = {
-        "full": {},
-        "quick": {"clients": (100, 20), "duration_s": 2.0, "warmup_s": 0.5},
+        "seed": {},
+        "full": {"duration_s": 2.0, "warmup_s": 0.5, "margin_s": 1},
+        "quick": {"clients": (100, 20), "duration_s": 2.0, "warmup_s": 0.5, "margin_s": 1},
         "smoke": {"clients": (8,), "duration_s": 0.5, "warmup_s": 0.2, "rows": 10_000,
                   "margin_s": 1, "timeout_s": 240.0},
     }
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.postgres"
     headline = (Metric("tps", "transactions/s", "higher"), Metric("p99_ms", "ms", "lower"))
     _keys = {"mode": "str", "clients": "int", "slow_ms": "float", "regime": "str"}

@@ -92,12 +92,13 @@ class PgModels(Experiment):
     needs = ("postgres",)
     params_type = PgModelsParams
     profiles = {
-        "full": {},
+        "seed": {},
+        "full": {"duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
         "quick": {"clients": 100, "duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0},
     }
-    repeats = {"smoke": 1, "quick": 1, "full": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.postgres"
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
