@@ -8,22 +8,17 @@ import os
 
 import pytest
 
-from harness import interpreters, registry, store, study
+from harness import interpreters, registry, store
 from harness.analysis import METRIC_COLUMNS
 from harness.analysis import departures as analysis
 from harness.errors import HarnessError
 
 
 @pytest.fixture(scope="module")
-def factorial(stack_env, tmp_path_factory) -> store.Run:
-    exp = registry.get("departures")
-    p = exp.params("smoke")
-    exp.prepare(p)  # venvs before any measurement (built once, cached under .venvs/)
-    data_dir = tmp_path_factory.mktemp("departures")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in stack_env.items():
-            mp.setenv(k, v)
-        return store.Run(study.run(["departures"], "smoke", 1, None, data_dir))
+def factorial(smoke_run) -> store.Run:
+    """The session's smoke run of every experiment (conftest), departures included: the study
+    prepares its venvs before any measurement, as `harness study` does."""
+    return smoke_run
 
 
 def test_the_smoke_factorial_completes_with_every_cell_ok(factorial):

@@ -1,7 +1,7 @@
 """openloop_check: harness.openloop and Vegeta on the real app, and the verdict rule on both sides
 of its tolerances.
 
-The smoke run is one repeat of the experiment in a worker (conftest `run_experiment`) against the
+The smoke run is the session's smoke run of every experiment (conftest `smoke_run`) against the
 session's real FerretDB + PostgreSQL, with the real Vegeta binary (scripts/install-vegeta).
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from conftest import experiment_tables
 
 from harness import cli, registry
 from harness.analysis import openloop_check as analysis
@@ -25,8 +26,9 @@ def _tool(variant: str) -> str:
     return f"{name}[{bound[0]}]" if bound else name
 
 
-def test_both_tools_at_every_rate_on_the_real_app(run_experiment):
-    result, tables = run_experiment("openloop_check", "smoke")
+def test_both_tools_at_every_rate_on_the_real_app(smoke_run):
+    result = smoke_run.result("openloop_check", 0)
+    tables = experiment_tables(smoke_run, "openloop_check")
     assert result["status"] == "ok", result
     samples, runs = tables["samples"], tables["runs"]
     p = openloop_check.EXPERIMENT.params("smoke")
