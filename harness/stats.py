@@ -108,6 +108,14 @@ def fairness_summary(task_ids: Sequence[int] | np.ndarray, n_tasks: int) -> dict
     }
 
 
+def median_relative_change(ratios: Sequence[float] | np.ndarray) -> float:
+    """How far apart two runs' figures are, as one number: the median of |B/A - 1| over the figures'
+    ratios B/A (NaN if none). Used by `harness compare` for absolute and normalised figures alike."""
+    arr = np.asarray(ratios, dtype=float)
+    arr = arr[np.isfinite(arr) & (arr > 0)]
+    return float(np.median(np.abs(arr - 1.0))) if arr.size else math.nan
+
+
 def spread(values: Sequence[float] | np.ndarray) -> dict[str, float]:
     """Run-to-run variation of one figure across repeats: mean, std (ddof=1), cv, min, max, n."""
     arr = np.asarray(values, dtype=float)

@@ -194,6 +194,22 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def compare_agreement(run_a: Run, run_b: Run) -> dict[str, float]:
+    """How closely two runs' headline throughputs agree, absolute and normalised by each run's own
+    ceiling, over the figures that have a normalised value in both runs: `n`, and the median
+    |B/A - 1| of each (`absolute`, `normalised`). Which of the two agrees better is the evidence for
+    the README's advice on comparing runs across machines."""
+    key = ["experiment", "variant", "metric"]
+    ha, hb = headline(load(run_a)), headline(load(run_b))
+    if ha.empty or hb.empty or "normalised" not in ha.columns or "normalised" not in hb.columns:
+        return {"n": 0, "absolute": math.nan, "normalised": math.nan}
+    both = ha.merge(hb, on=key, suffixes=("_a", "_b")).dropna(subset=["normalised_a", "normalised_b"])
+    both = both[(both["median_a"] > 0) & (both["normalised_a"] > 0)]
+    return {"n": len(both),
+            "absolute": stats.median_relative_change(both["median_b"] / both["median_a"]),
+            "normalised": stats.median_relative_change(both["normalised_b"] / both["normalised_a"])}
+
+
 # The two verdicts that contradict each other: a claim moving between them across runs means the
 # verdict depends on the run (issue 10's test of two machines); moves into or out of
 # `inconclusive` (or to and from `direction only`) are expected with few repeats.
@@ -248,6 +264,11 @@ def compare_text(run_a: Run, run_b: Run) -> str:
     lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
     lines.append(df.to_string(index=False))
+    agree = compare_agreement(run_a, run_b)
+    if agree["n"]:
+        lines.append(f"agreement over {agree['n']} headline throughputs with a ceiling in both runs: "
+                     f"median |B/A - 1| {100 * agree['absolute']:.1f}% absolute, "
+                     f"{100 * agree['normalised']:.1f}% normalised")
     verdicts, counts = compare_verdicts(run_a, run_b)
     if len(verdicts):
         lines.append("")

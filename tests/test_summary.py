@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from harness import calibration, cli, store, summary
+from harness import calibration, cli, stats, store, summary
 
 METRIC_KEYS = {"experiment", "variant", "metric", "unit", "median", "ci_low", "ci_high", "cv", "n_repeats",
                "unstable", "normalised", "interpreter", "bottleneck"}
@@ -79,6 +79,23 @@ def test_compare_prints_both_runs_side_by_side(smoke_run):
     result = CliRunner().invoke(cli.cli, ["compare", str(smoke_run.path), str(smoke_run.path)])
     assert result.exit_code == 0, result.output
     assert smoke_run.id in result.output and "B/A" in result.output
+
+
+def test_compare_agreement_says_which_of_absolute_and_normalised_agrees_better(tmp_path):
+    def metrics(values: dict[str, tuple[float, float]]) -> list[dict]:
+        return [{"experiment": "pg_models", "variant": v, "metric": "rps", "unit": "req/s", "headline": True,
+                 "median": m, "normalised": n} for v, (m, n) in values.items()]
+    a, b = _run_dir(tmp_path, "a", {}), _run_dir(tmp_path, "b", {})
+    # B's machine is twice as fast and its ceiling says so: normalised figures agree, absolute ones not
+    (a.path / "summary.json").write_text(json.dumps({"metrics": metrics(
+        {"x": (100.0, 0.010), "y": (200.0, 0.020), "z": (300.0, 0.030), "w": (50.0, None)}), "claims": []}))
+    (b.path / "summary.json").write_text(json.dumps({"metrics": metrics(
+        {"x": (200.0, 0.010), "y": (440.0, 0.022), "z": (600.0, 0.030), "w": (500.0, None)}), "claims": []}))
+    agree = summary.compare_agreement(a, b)
+    assert agree["n"] == 3  # w has no normalised value: left out of both measures
+    assert agree["absolute"] == pytest.approx(1.0) and agree["normalised"] == pytest.approx(0.0)
+    assert "median |B/A - 1| 100.0% absolute, 0.0% normalised" in summary.compare_text(a, b)
+    assert stats.median_relative_change([]) != stats.median_relative_change([])  # NaN: nothing to compare
 
 
 def test_compare_counts_verdicts_that_move_and_those_that_contradict(tmp_path):
