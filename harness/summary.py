@@ -163,13 +163,17 @@ def _fig(median, lo, hi, digits=4) -> str:
     return f"{median:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
 
 
-def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
+# The compare functions take two runs' summaries (`load(run)`), so `compare_text` reads each run's
+# summary once: for a run without summary.json, `load` computes it from the raw data.
+
+
+def compare(sa: dict[str, Any], sb: dict[str, Any]) -> pd.DataFrame:
     """Headline figures of two runs side by side: absolute (median [95% interval]) and normalised,
     with each side's CV and n, and the ratio B / A of both."""
-    sa, sb = load(run_a), load(run_b)
     ha, hb = headline(sa), headline(sb)
     if ha.empty and hb.empty:
-        raise HarnessError(f"neither {run_a.id} nor {run_b.id} has a throughput figure to compare")
+        raise HarnessError(f"neither {sa.get('run_id')} nor {sb.get('run_id')} has a throughput figure "
+                           "to compare")
     key = ["experiment", "variant", "metric"]
     both = ha.merge(hb, on=key, how="outer", suffixes=("_a", "_b"))
     rows = []
@@ -194,13 +198,13 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare_agreement(run_a: Run, run_b: Run) -> dict[str, float]:
+def compare_agreement(sa: dict[str, Any], sb: dict[str, Any]) -> dict[str, float]:
     """How closely two runs' headline throughputs agree, absolute and normalised by each run's own
     ceiling, over the figures that have a normalised value in both runs: `n`, and the median
     |B/A - 1| of each (`absolute`, `normalised`). Which of the two agrees better is the evidence for
     the README's advice on comparing runs across machines."""
     key = ["experiment", "variant", "metric"]
-    ha, hb = headline(load(run_a)), headline(load(run_b))
+    ha, hb = headline(sa), headline(sb)
     if ha.empty or hb.empty or "normalised" not in ha.columns or "normalised" not in hb.columns:
         return {"n": 0, "absolute": math.nan, "normalised": math.nan}
     both = ha.merge(hb, on=key, suffixes=("_a", "_b")).dropna(subset=["normalised_a", "normalised_b"])
@@ -216,14 +220,14 @@ def compare_agreement(run_a: Run, run_b: Run) -> dict[str, float]:
 OPPOSED = {"reproduced", "not reproduced"}
 
 
-def compare_verdicts(run_a: Run, run_b: Run) -> tuple[pd.DataFrame, dict[str, int]]:
+def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every measurement claim judged in either run: its verdict in A and B, and whether it moved
     (`same`, `moved`, or `OPPOSED` for reproduced <-> not reproduced); with the counts of each."""
     def verdicts(s: dict[str, Any]) -> dict[tuple[str, str], str]:
         return {(c["claim_id"], c.get("interpreter") or ""): c["verdict"] for c in s.get("claims", [])
                 if c.get("kind") == "measurement" and c.get("verdict")
                 and not str(c["verdict"]).startswith("not measured")}
-    va, vb = verdicts(load(run_a)), verdicts(load(run_b))
+    va, vb = verdicts(sa), verdicts(sb)
     rows = []
     for key in sorted(set(va) | set(vb)):
         a, b = va.get(key, "—"), vb.get(key, "—")
@@ -243,8 +247,8 @@ def _cvn(cv, n, unstable) -> str:
 
 
 def compare_text(run_a: Run, run_b: Run) -> str:
-    df = compare(run_a, run_b)
     sa, sb = load(run_a), load(run_b)
+    df = compare(sa, sb)
     lines = [f"A = {run_a.id}", f"B = {run_b.id}"]
     for label, s in (("A", sa), ("B", sb)):
         cal = s.get("calibration") or {}
@@ -264,12 +268,12 @@ def compare_text(run_a: Run, run_b: Run) -> str:
     lines.append("figures: median [95% interval]; norm = median / the run's matching ceiling "
                  "(pgbench tps for PostgreSQL, Mloops/s of pure Python for MongoDB and FastAPI)")
     lines.append(df.to_string(index=False))
-    agree = compare_agreement(run_a, run_b)
+    agree = compare_agreement(sa, sb)
     if agree["n"]:
         lines.append(f"agreement over {agree['n']} headline throughputs with a ceiling in both runs: "
                      f"median |B/A - 1| {100 * agree['absolute']:.1f}% absolute, "
                      f"{100 * agree['normalised']:.1f}% normalised")
-    verdicts, counts = compare_verdicts(run_a, run_b)
+    verdicts, counts = compare_verdicts(sa, sb)
     if len(verdicts):
         lines.append("")
         lines.append(f"verdicts of {len(verdicts)} measurement claims: {counts['same']} the same, "
