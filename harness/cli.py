@@ -111,9 +111,9 @@ def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared"
 
 
 _profile = click.option("--profile", type=click.Choice(PROFILES), default="quick", show_default=True,
-                        help="Sizes and repeats: smoke (tests, seconds), quick (one repeat, minutes), full (the "
-                             "reference: repeated, sized for about 40-60 min here), seed (the seeds' own "
-                             "sizes: hours here).")
+                        help="Sizes and repeats: smoke (tests, seconds), quick (one repeat), full (the reference: "
+                             "the seeds' concurrency, shorter windows, repeated), seed (the seeds' own sizes "
+                             "and windows, repeated). The README gives their durations.")
 _repeat = click.option("--repeat", type=click.IntRange(min=1), default=None,
                        help="Run every experiment N times (default: each experiment's own count for the "
                             "profile, see `list`), round-robin across experiments, each in a fresh process.")

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ("smoke", "quick", "full", "seed")
 # smoke: tiny sizes for the tests; quick: one repeat at small sizes; full: the reference profile
-# (sizes and repeats chosen to fit this machine, issue 10); seed: the seeds' own sizes (hours here)
+# (the seeds' concurrency with shorter windows, repeated: issue 10); seed: the seeds' own sizes
 SERVER_SOURCES = ("auto", "docker", "local")
 
 
