@@ -50,6 +50,10 @@ class CrossoverParams(FastapiLocustParams):
             raise HarnessError("parameter via_proxy must be true: the crossover sets the proxy's delay")
 
 
+# full and quick: the same cells (full repeats them)
+SHORT_SIZES = {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0}
+
+
 class FastapiCrossover(Experiment):
     name = "fastapi_crossover"
     title = "Sync vs async FastAPI by database round-trip time (Toxiproxy), with a queueing model"
@@ -72,8 +76,7 @@ class FastapiCrossover(Experiment):
     }
     profiles = {
         "seed": {},
-        "full": {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0},
-        "quick": {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0},
+        "full": SHORT_SIZES, "quick": SHORT_SIZES,
         "smoke": {"documents": 300, "variants": ("sync_40threads", "async"), "rtts_ms": (5,), "users": 4,
                   "spawn_rate": 4.0, "hold_s": 4.0, "wait_min_s": 0.1, "wait_max_s": 0.3, "ping_count": 5,
                   "health_timeout_s": 30.0, "timeout_s": 300.0},

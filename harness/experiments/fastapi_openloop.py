@@ -65,6 +65,10 @@ class OpenloopParams(FastapiLocustParams):
                                f"got {self.rate_fractions}")
 
 
+# full and quick: the same window lengths (full repeats them)
+SHORT_SIZES = {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0}
+
+
 class FastapiOpenloop(Experiment):
     name = "fastapi_openloop"
     title = "Sync vs async FastAPI latency at the same arrival rates (open loop)"
@@ -83,8 +87,7 @@ class FastapiOpenloop(Experiment):
     }
     profiles = {
         "seed": {},
-        "full": {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0},
-        "quick": {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0},
+        "full": SHORT_SIZES, "quick": SHORT_SIZES,
         "smoke": {"documents": 300, "openloop_duration_s": 2.0, "openloop_drain_s": 3.0, "probe_s": 1.5,
                   "probe_rate": 300.0, "openloop_connections": 16, "health_timeout_s": 30.0, "ping_count": 5,
                   "timeout_s": 300.0},

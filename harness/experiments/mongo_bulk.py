@@ -75,6 +75,10 @@ class BulkParams(Params):
                                f"got {self.dup_index}")
 
 
+# full and quick: the same sizes (full repeats them)
+SHORT_SIZES = {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5}
+
+
 class BulkWrites(Experiment):
     name = "mongo_bulk"
     title = "insert_one in a loop, insert_many, bulk_write upserts, and a duplicate key"
@@ -82,8 +86,7 @@ class BulkWrites(Experiment):
     writes = True   # inserts and drops: the study checkpoints and vacuums after it
     params_type = BulkParams
     profiles = {"seed": {},
-                "full": {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5},
-                "quick": {"documents": 20_000, "insert_one_count": 500, "upserts": 500, "warmup_s": 0.5},
+                "full": SHORT_SIZES, "quick": SHORT_SIZES,
                 "smoke": {"documents": 1_000, "insert_one_count": 50, "upserts": 100, "dup_batch": 20,
                           "dup_index": 10, "warmup_s": 0.1}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}

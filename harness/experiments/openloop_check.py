@@ -158,6 +158,10 @@ def whole_rate(rate: float) -> int:
     return max(1, int(round(rate)))
 
 
+# full and quick: the same window lengths (full repeats them)
+SHORT_SIZES = {"duration_s": 10.0, "drain_s": 15.0, "probe_s": 4.0, "timeout_s": 600.0}
+
+
 class OpenloopCheck(Experiment):
     name = "openloop_check"
     title = "The hand-written open-loop generator (harness.openloop) checked against Vegeta"
@@ -182,8 +186,7 @@ class OpenloopCheck(Experiment):
     }
     profiles = {
         "seed": {},
-        "full": {"duration_s": 10.0, "drain_s": 15.0, "probe_s": 4.0, "timeout_s": 600.0},
-        "quick": {"duration_s": 10.0, "drain_s": 15.0, "probe_s": 4.0, "timeout_s": 600.0},
+        "full": SHORT_SIZES, "quick": SHORT_SIZES,
         "smoke": {"documents": 300, "duration_s": 2.0, "drain_s": 5.0, "probe_s": 1.5, "connections": 4,
                   "settle_s": 0.5, "health_timeout_s": 30.0, "cpu_sample_s": 0.5, "timeout_s": 300.0},
     }
