@@ -153,6 +153,7 @@ class _State:
 
     def __init__(self) -> None:
         self.stop = False
+        self.go = threading.Event()  # threads model: set once every client thread exists
         self.open_at = math.inf     # perf_counter() bounds of the measured window
         self.close_at = math.inf
 
@@ -184,6 +185,7 @@ def _rng(spec: VariantSpec, task: int) -> random.Random:
 def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -> None:
     rng, slow_s, hi = _rng(spec, task), spec.slow_ms / 1000.0, spec.rows - 1
     consecutive = 0
+    state.go.wait()
     while not state.stop:
         i = rng.randint(1, hi)
         t0 = time.perf_counter()
@@ -247,7 +249,15 @@ def _run_threads(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list
     try:
         state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
         with ThreadPoolExecutor(max_workers=spec.clients) as ex:
-            futures = [ex.submit(_client_sync, spec, t, pool, state, logs[t]) for t in range(spec.clients)]
+            # Clients wait for `go`: with the first ones already running, the main thread fought
+            # them for the GIL and took ~1.5 s to start 200 threads (an unrecorded, longer warm-up).
+            try:
+                futures = [ex.submit(_client_sync, spec, t, pool, state, logs[t]) for t in range(spec.clients)]
+            except BaseException:
+                state.stop = True  # the threads already started end at once instead of hanging the exit
+                raise
+            finally:
+                state.go.set()
             _monitor(spec, state, server, window)
             for f in futures:
                 f.result()
