@@ -12,7 +12,7 @@ free-threaded build installed also runs the threads models), placement (`shared`
 `harness.placement`) and added server round trip (`rtts_ms`, through the proxy of
 `harness.network` when it exists and the stack has one; otherwise only 0 and a note saying the
 latency factor is missing). A cell is family x python x placement x rtt: one child process
-(`python -m harness.experiments.departures SPEC OUT`, started with that interpreter's venv python)
+(`python -m harness.departures_child SPEC OUT`, started with that interpreter's venv python)
 runs the family's models back to back (order reversed on odd repeats), each with a warm-up and a
 measured window. For `split` the worker pins the servers before the child starts and the child
 pins itself first thing; both read back and are recorded. Cells run in a seeded random order per
@@ -44,24 +44,23 @@ import importlib.util
 import json
 import random
 import subprocess
-import sys
 import tempfile
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pandas as pd
 
 from .. import datasets, interpreters, network, placement, processes, servers
 from ..errors import HarnessError
-from ..mongo_workload import DOCUMENTS, async_variant, ferretdb_backend_index, note_timeouts, threads_variant
+from ..mongo_workload import DOCUMENTS, ferretdb_backend_index, note_timeouts
 from ..pg_workload import MODELS as PG_MODELS
-from ..pg_workload import VariantSpec, find_postmaster, run_variant
+from ..pg_workload import find_postmaster
 from ..servers import REPO_ROOT, ServerStack
-from .base import Context, Experiment, Metric, Params, Window, variant_id, window_columns
+from .base import Context, Experiment, Metric, Params, variant_id, window_columns
 
 FAMILIES = ("mongo", "pg")
 MONGO_MODELS = ("threads", "async")
@@ -161,8 +160,8 @@ class Departures(Experiment):
         "seed": {},
         "full": {"rtts_ms": (0.0, 5.0), "duration_s": 1.0, "warmup_s": 0.3, "documents": DOCUMENTS["full"],
                  "timeout_s": 900.0},
-        "quick": {"rtts_ms": (0.0, 5.0), "duration_s": 1.0, "warmup_s": 0.3, "documents": DOCUMENTS["quick"],
-                  "pg_clients": 100, "timeout_s": 900.0},
+        "quick": {"pythons": ("3.11", "3.13"), "rtts_ms": (0.0, 5.0), "duration_s": 0.5, "warmup_s": 0.2,
+                  "documents": DOCUMENTS["quick"], "pg_clients": 100, "timeout_s": 900.0},
         "smoke": {"pythons": ("3.11", "3.12"), "rtts_ms": (0.0, 1.0), "duration_s": 0.3, "warmup_s": 0.1,
                   "documents": DOCUMENTS["smoke"], "mongo_threads": 4, "mongo_tasks": 20, "mongo_pool": 4,
                   "pg_models": ("threads_psycopg", "asyncio_psycopg"), "pg_clients": 8, "pg_pool": 4,
@@ -306,7 +305,7 @@ class Departures(Experiment):
             spec_path.write_text(json.dumps(spec))  # holds URIs: lives only in tmp
             spec_path.chmod(0o600)
             proc = processes.start(f"departures:{spec['cell']}",
-                                   [venv.python, "-m", "harness.experiments.departures", str(spec_path),
+                                   [venv.python, "-m", "harness.departures_child", str(spec_path),
                                     str(out_path)], log_path, cwd=REPO_ROOT, env=interpreters.child_env())
             error = None
             try:
@@ -347,95 +346,4 @@ def _route(stack: ServerStack, cell: Cell, proxy: bool):
     return network.route(stack, needs, via_proxy=True, rtt_ms=cell.rtt_ms, jitter_ms=0.0)
 
 
-# ------------------------------------------------------------------------ the child (any interpreter)
-
-class _ChildContext:
-    """What mongo_workload's variants need from a Context: the URI, `window()` and `record()`."""
-
-    def __init__(self, uri: str):
-        self.servers = types.SimpleNamespace(mongodb_uri=uri)
-        self.windows: list[dict] = []
-        self.samples: list[dict] = []
-
-    @contextmanager
-    def window(self, variant: str, **fields: Any) -> Iterator[Window]:
-        w = Window(variant, fields)
-        with w:
-            yield w
-        self.windows.append(w.row())
-
-    def record(self, table: str, rows: list[dict]) -> None:
-        if table == "samples":
-            self.samples.extend(rows)
-
-
-_SAMPLE_COLUMNS = ("task", "start_s", "latency_s", "ok", "error")
-
-
-def _columns(rows: list[dict]) -> dict[str, list]:
-    return {c: [r.get(c) for r in rows] for c in _SAMPLE_COLUMNS}
-
-
-def _child_mongo(spec: dict) -> tuple[dict, dict]:
-    p = spec["params"]
-    windows, samples = {}, {}
-    for model in spec["models"]:
-        ctx = _ChildContext(spec["mongodb_uri"])
-        variant = spec["variants"][model]
-        if model == "threads":
-            rows = threads_variant(ctx, variant, threads=p["mongo_threads"], pool_size=p["mongo_threads"],
-                                   duration_s=p["duration_s"], warmup_s=p["warmup_s"], seed=p["seed"])
-        else:
-            rows = async_variant(ctx, variant, loop="asyncio", driver="pymongo", pool_size=p["mongo_pool"],
-                                 tasks=p["mongo_tasks"], semaphore=False, duration_s=p["duration_s"],
-                                 warmup_s=p["warmup_s"], seed=p["seed"])
-        w = ctx.windows[0]
-        w["errors"] = sum(not r["ok"] for r in rows)
-        windows[model], samples[model] = w, _columns(rows)
-    return windows, samples
-
-
-def _child_pg(spec: dict) -> tuple[dict, dict]:
-    p = spec["params"]
-    windows, samples = {}, {}
-    for model in spec["models"]:
-        out = run_variant(VariantSpec(
-            variant=spec["variants"][model], model=model, dsn=spec["dsn"], pool=p["pg_pool"],
-            clients=p["pg_clients"], slow_ms=0.0, warmup_s=p["warmup_s"], duration_s=p["duration_s"],
-            rows=p["rows"], seed=p["seed"], calibration_requests=0, postmaster_pid=spec["postmaster_pid"]))
-        w = out["window"]
-        w.update(workers=p["pg_clients"], pool_size=p["pg_pool"])
-        windows[model] = w
-        samples[model] = {c: out["samples"][c] for c in _SAMPLE_COLUMNS}
-    return windows, samples
-
-
-def child_main(argv: list[str]) -> int:
-    import os
-    import traceback
-
-    spec_path, out_path = argv[1], argv[2]
-    with open(spec_path) as f:
-        spec = json.load(f)
-    result: dict[str, Any] = {}
-    try:
-        # before any thread starts, so every thread of the client inherits it
-        result["client_affinity"] = placement.set_client(spec["client_cpus"])
-        result["client_affinity_proc"] = placement.proc_status_affinity(os.getpid())
-        result["runtime"] = interpreters.runtime_record()
-        run = _child_mongo if spec["family"] == "mongo" else _child_pg
-        result["windows"], result["samples"] = run(spec)
-    except BaseException as e:  # the parent records it; the other cells go on
-        result["error"] = f"{type(e).__name__}: {e}"[:500]
-        print(traceback.format_exc(), file=sys.stderr)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, allow_nan=True)
-    os.replace(tmp, out_path)
-    return 0 if "error" not in result else 1
-
-
 EXPERIMENT = Departures()
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv))

@@ -1,0 +1,114 @@
+"""The child process of one departures cell (`python -m harness.departures_child SPEC OUT`).
+
+It runs in the cell's interpreter (3.11, 3.12, 3.13, free-threaded builds), pins itself to the
+cell's client cores first thing, runs the family's models back to back with mongo_workload's
+`threads_variant`/`async_variant` or pg_workload's `run_variant`, and writes windows, samples,
+its affinity and its runtime to OUT (JSON). `harness.experiments.departures` builds the cells,
+starts this child and records what it returns.
+
+It lives apart from the experiment so that a child imports only the workload code (~0.5 s),
+not pandas and the experiment floor (~1.1 s): a full run starts about 70 of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import interpreters, placement
+from .measure import Window
+from .mongo_workload import async_variant, threads_variant
+from .pg_workload import VariantSpec, run_variant
+
+
+class _ChildContext:
+    """What mongo_workload's variants need from a Context: the URI, `window()` and `record()`."""
+
+    def __init__(self, uri: str):
+        self.servers = types.SimpleNamespace(mongodb_uri=uri)
+        self.windows: list[dict] = []
+        self.samples: list[dict] = []
+
+    @contextmanager
+    def window(self, variant: str, **fields: Any) -> Iterator[Window]:
+        w = Window(variant, fields)
+        with w:
+            yield w
+        self.windows.append(w.row())
+
+    def record(self, table: str, rows: list[dict]) -> None:
+        if table == "samples":
+            self.samples.extend(rows)
+
+
+_SAMPLE_COLUMNS = ("task", "start_s", "latency_s", "ok", "error")
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    return {c: [r.get(c) for r in rows] for c in _SAMPLE_COLUMNS}
+
+
+def _child_mongo(spec: dict) -> tuple[dict, dict]:
+    p = spec["params"]
+    windows, samples = {}, {}
+    for model in spec["models"]:
+        ctx = _ChildContext(spec["mongodb_uri"])
+        variant = spec["variants"][model]
+        if model == "threads":
+            rows = threads_variant(ctx, variant, threads=p["mongo_threads"], pool_size=p["mongo_threads"],
+                                   duration_s=p["duration_s"], warmup_s=p["warmup_s"], seed=p["seed"])
+        else:
+            rows = async_variant(ctx, variant, loop="asyncio", driver="pymongo", pool_size=p["mongo_pool"],
+                                 tasks=p["mongo_tasks"], semaphore=False, duration_s=p["duration_s"],
+                                 warmup_s=p["warmup_s"], seed=p["seed"])
+        w = ctx.windows[0]
+        w["errors"] = sum(not r["ok"] for r in rows)
+        windows[model], samples[model] = w, _columns(rows)
+    return windows, samples
+
+
+def _child_pg(spec: dict) -> tuple[dict, dict]:
+    p = spec["params"]
+    windows, samples = {}, {}
+    for model in spec["models"]:
+        out = run_variant(VariantSpec(
+            variant=spec["variants"][model], model=model, dsn=spec["dsn"], pool=p["pg_pool"],
+            clients=p["pg_clients"], slow_ms=0.0, warmup_s=p["warmup_s"], duration_s=p["duration_s"],
+            rows=p["rows"], seed=p["seed"], calibration_requests=0, postmaster_pid=spec["postmaster_pid"]))
+        w = out["window"]
+        w.update(workers=p["pg_clients"], pool_size=p["pg_pool"])
+        windows[model] = w
+        samples[model] = {c: out["samples"][c] for c in _SAMPLE_COLUMNS}
+    return windows, samples
+
+
+def child_main(argv: list[str]) -> int:
+    spec_path, out_path = argv[1], argv[2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    result: dict[str, Any] = {}
+    try:
+        # before any thread starts, so every thread of the client inherits it
+        result["client_affinity"] = placement.set_client(spec["client_cpus"])
+        result["client_affinity_proc"] = placement.proc_status_affinity(os.getpid())
+        result["runtime"] = interpreters.runtime_record()
+        run = _child_mongo if spec["family"] == "mongo" else _child_pg
+        result["windows"], result["samples"] = run(spec)
+    except BaseException as e:  # the parent records it; the other cells go on
+        result["error"] = f"{type(e).__name__}: {e}"[:500]
+        print(traceback.format_exc(), file=sys.stderr)
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, allow_nan=True)
+    os.replace(tmp, out_path)
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv))
