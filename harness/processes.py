@@ -137,7 +137,7 @@ def start(
     `detach=True` (only for `servers up`) leaves the child running after the harness exits;
     `servers down` stops it by pid.
     """
-    _install_handlers()
+    install_signal_handlers()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     try:
@@ -193,7 +193,12 @@ def stop_all() -> None:
 _handlers_installed = False
 
 
-def _install_handlers() -> None:
+def install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP raise SystemExit (so cleanup runs as on Ctrl-C), and children are stopped at exit.
+
+    Installed by the first child start, and by a run before it does anything: a run on a stack
+    that `servers up` left starts no child for a while, and a SIGTERM there must still end it as
+    `interrupted` rather than kill it with its manifest saying `running`."""
     global _handlers_installed
     if _handlers_installed:
         return

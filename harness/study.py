@@ -194,6 +194,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     from . import interpreters
     from . import placement as placement_mod
 
+    processes.install_signal_handlers()
     planned = plan(names, profile, overrides, repeat)
     placement_mod.check(placement)
     store.check_writable(data_dir)

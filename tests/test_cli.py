@@ -84,9 +84,10 @@ def test_interrupted_run_keeps_previous_latest_and_leaves_no_process(stack_env, 
     # an earlier good run that must survive
     good = store.RunWriter(data, "earlier-good-run", {"profile": "smoke", "experiments": {}})
     good.commit("complete")
-    env = dict(os.environ, STUDY_DATA_DIR=str(data))
+    # let the run start its own servers, to check they stop (not a `servers up` stack left here)
+    env = dict(os.environ, STUDY_DATA_DIR=str(data), STUDY_STATE_DIR=str(tmp_path / "state"))
     env.pop("STUDY_MONGODB_URI", None)
-    env.pop("STUDY_POSTGRES_DSN", None)  # let the run start its own servers, to check they stop
+    env.pop("STUDY_POSTGRES_DSN", None)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", exps[0], "--profile", "quick"],
                             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -99,6 +101,25 @@ def test_external_uri_is_used_as_given(stack, monkeypatch):
         assert {p.pid for p in psutil.Process().children()} - before == set()  # started nothing
 
 
+def _sigterm_run_on_the_stack(env: dict, data: Path) -> None:
+    """A run on a `servers up` stack starts no child for a while: SIGTERM there must still leave
+    it `interrupted` (its handler used to come with the first child, so the run died `running`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "pg_models", "--profile", "quick"],
+                            cwd=REPO_ROOT, env=dict(env, STUDY_DATA_DIR=str(data)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline, incomplete = time.monotonic() + 60, []
+    while time.monotonic() < deadline and proc.poll() is None:
+        incomplete = list((data / "runs").glob(".incomplete-*"))
+        if incomplete and "servers" in json.loads((incomplete[0] / "manifest.json").read_text()):
+            break
+        time.sleep(0.05)
+    assert incomplete, "the run never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert json.loads((incomplete[0] / "manifest.json").read_text())["status"] == "interrupted", err
+
+
 def test_servers_up_status_down_cli(tmp_path):
     env = dict(os.environ, STUDY_STATE_DIR=str(tmp_path / "state"), STUDY_SERVER_SOURCE="local")
     env.pop("STUDY_MONGODB_URI", None)
@@ -126,6 +147,8 @@ def test_servers_up_status_down_cli(tmp_path):
         pids = [pid for _, pid in owned]
         assert {name for name, _ in owned} >= {"postgres", "toxiproxy"}
         assert pids and all(psutil.pid_exists(p) for p in pids)
+        _sigterm_run_on_the_stack(env, tmp_path / "data")
+        assert all(psutil.pid_exists(p) for p in pids), "a run stopped the servers `servers up` owns"
     finally:
         down = harness("servers", "down")
     assert down.returncode == 0, down.stderr
