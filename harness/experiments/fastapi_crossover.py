@@ -50,8 +50,10 @@ class CrossoverParams(FastapiLocustParams):
             raise HarnessError("parameter via_proxy must be true: the crossover sets the proxy's delay")
 
 
-# full and quick: the same cells (full repeats them)
-SHORT_SIZES = {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0}
+# full: three round trips; quick: the two ends of them, shorter holds and no direct point (a
+# one-repeat look)
+FULL_SIZES = {"variants": ("sync_40threads", "async"), "rtts_ms": (0, 25, 100), "timeout_s": 600.0}
+QUICK_SIZES = {**FULL_SIZES, "rtts_ms": (0, 100), "hold_s": 4.0, "direct": False}
 
 
 class FastapiCrossover(Experiment):
@@ -76,7 +78,7 @@ class FastapiCrossover(Experiment):
     }
     profiles = {
         "seed": {},
-        "full": SHORT_SIZES, "quick": SHORT_SIZES,
+        "full": FULL_SIZES, "quick": QUICK_SIZES,
         "smoke": {"documents": 300, "variants": ("sync_40threads", "async"), "rtts_ms": (5,), "users": 4,
                   "spawn_rate": 4.0, "hold_s": 4.0, "wait_min_s": 0.1, "wait_max_s": 0.3, "ping_count": 5,
                   "health_timeout_s": 30.0, "timeout_s": 300.0},

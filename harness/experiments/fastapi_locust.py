@@ -196,8 +196,8 @@ class FastapiLocust(Experiment):
         # full: the seed's 500 users and think time, a 10 s ramp and a 15 s hold
         "full": {"spawn_rate": 50.0, "hold_s": 15.0, "timeout_s": 400.0},
         # quick: the same 500 users and think time (so the one-thread app is offered several times
-        # its capacity), a faster ramp and a shorter hold
-        "quick": {"spawn_rate": 50.0, "hold_s": 10.0, "timeout_s": 400.0},
+        # its capacity), a 2 s ramp and a 5 s hold (a one-repeat look)
+        "quick": {"spawn_rate": 250.0, "hold_s": 5.0, "timeout_s": 400.0},
         "smoke": {"documents": 300, "users": 4, "spawn_rate": 4.0, "hold_s": 6.0, "wait_min_s": 0.1,
                   "wait_max_s": 0.3, "saturation_workers": 0, "openloop_variants": tuple(VARIANTS),
                   "openloop_rate_fractions": (0.5,), "openloop_duration_s": 2.0, "openloop_drain_s": 5.0,

@@ -65,8 +65,9 @@ class OpenloopParams(FastapiLocustParams):
                                f"got {self.rate_fractions}")
 
 
-# full and quick: the same window lengths (full repeats them)
-SHORT_SIZES = {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0}
+# full: 10 s windows; quick: 5 s windows (a one-repeat look)
+FULL_SIZES = {"openloop_duration_s": 10.0, "openloop_drain_s": 5.0, "probe_s": 3.0}
+QUICK_SIZES = {"openloop_duration_s": 5.0, "openloop_drain_s": 3.0, "probe_s": 2.0}
 
 
 class FastapiOpenloop(Experiment):
@@ -87,7 +88,7 @@ class FastapiOpenloop(Experiment):
     }
     profiles = {
         "seed": {},
-        "full": SHORT_SIZES, "quick": SHORT_SIZES,
+        "full": FULL_SIZES, "quick": QUICK_SIZES,
         "smoke": {"documents": 300, "openloop_duration_s": 2.0, "openloop_drain_s": 3.0, "probe_s": 1.5,
                   "probe_rate": 300.0, "openloop_connections": 16, "health_timeout_s": 30.0, "ping_count": 5,
                   "timeout_s": 300.0},

@@ -62,7 +62,7 @@ class ClientPerRequest(Experiment):
     params_type = ClientParams
     profiles = {"seed": {},
                 "full": {"documents": DOCUMENTS["full"], "iterations": 200, "warmup_s": 0.5},
-                "quick": {"documents": DOCUMENTS["quick"], "iterations": 200, "warmup_s": 0.5},
+                "quick": {"documents": DOCUMENTS["quick"], "iterations": 100, "warmup_s": 0.3},
                 "smoke": {"documents": DOCUMENTS["smoke"], "iterations": 10, "warmup_s": 0.1,
                           "drivers": ("pymongo",), "loops": ("asyncio",)}}
 

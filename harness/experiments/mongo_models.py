@@ -73,7 +73,7 @@ class ThreadsVsAsyncio(Experiment):
     profiles = {"seed": {},
                 "full": {"documents": DOCUMENTS["full"], "duration_s": 2.0, "warmup_s": 0.5,
                          "pool_sweep": (5, 20, 100)},
-                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5,
+                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 1.0, "warmup_s": 0.3,
                           "pool_sweep": (5, 20, 100)},
                 "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.3, "warmup_s": 0.1,
                           "thread_counts": (4,), "tasks": 20, "pool_size": 4, "drivers": ("pymongo",),

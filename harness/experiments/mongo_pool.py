@@ -65,7 +65,10 @@ class PoolFairness(Experiment):
     params_type = PoolParams
     profiles = {"seed": {},
                 "full": {"documents": DOCUMENTS["full"], "duration_s": 2.0, "warmup_s": 0.5},
-                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5},
+                # quick: PyMongo only (Motor is beyond the seed); the window stays 2 s, because
+                # the starved task's wait, the headline, grows with the window
+                "quick": {"documents": DOCUMENTS["quick"], "duration_s": 2.0, "warmup_s": 0.5,
+                          "drivers": ("pymongo",)},
                 "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
                           "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
 

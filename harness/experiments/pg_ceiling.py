@@ -128,7 +128,7 @@ class PgCeiling(Experiment):
     profiles = {
         "seed": {},
         "full": {"duration_s": 2.0, "warmup_s": 0.5, "margin_s": 1},
-        "quick": {"clients": (100, 20), "duration_s": 2.0, "warmup_s": 0.5, "margin_s": 1},
+        "quick": {"clients": (100, 20), "duration_s": 1.0, "warmup_s": 0.3, "margin_s": 1},
         "smoke": {"clients": (8,), "duration_s": 0.5, "warmup_s": 0.2, "rows": 10_000,
                   "margin_s": 1, "timeout_s": 240.0},
     }

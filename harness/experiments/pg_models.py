@@ -94,7 +94,9 @@ class PgModels(Experiment):
     profiles = {
         "seed": {},
         "full": {"duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
-        "quick": {"clients": 100, "duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
+        # quick: pool 20 only (the seed's first comparison), 1 s windows
+        "quick": {"clients": 100, "pools": (20,), "duration_s": 1.0, "warmup_s": 0.3,
+                  "calibration_requests": 20},
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0},
     }
