@@ -4,8 +4,8 @@ or a master and workers on loopback) and optionally with the open-loop generator
 raw tables and the hold-window figures the bottleneck rules need (harness.analysis.fastapi).
 
 See harness/experiments/fastapi_locust.py for the tables and the settings. The settings object `p`
-this module reads is that experiment's parameters (`FastapiLocustParams`), taken by attribute so
-that this floor does not import the experiments' one.
+this module reads is the FastAPI experiments' parameters (`experiments.fastapi_params`), taken by
+attribute so that this floor does not import the experiments' one.
 """
 
 from __future__ import annotations

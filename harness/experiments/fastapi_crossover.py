@@ -25,7 +25,7 @@ from ..errors import HarnessError
 from ..fastapi_workload import VARIANTS, Variant, ping, search_index
 from ..measure import error_text
 from .base import OTHER_COLUMNS, Experiment, Metric, variant_id, window_columns
-from .fastapi_locust import RESHAPING, FastapiLocustParams
+from .fastapi_params import RESHAPING, FastapiLocustParams
 
 _ANY = {OTHER_COLUMNS: "any"}
 
