@@ -118,14 +118,21 @@ def harness(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
                           text=True, timeout=timeout, env=env)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Cli:
     """`python -m harness ARGS` in the background; every process under it is remembered."""
 
     def __init__(self, tmp: Path, *args: str, env: dict[str, str]):
         self.out, self.err = tmp / "cli.stdout", tmp / "cli.stderr"
         with open(self.out, "w") as out, open(self.err, "w") as err:
+            # SIGINT back to its default: a suite started as a background job (`cmd &` without job
+            # control) inherits it ignored, and the CLI would then never see the Ctrl-C under test
             self.popen = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT,
-                                          env=env, stdout=out, stderr=err, text=True)
+                                          env=env, stdout=out, stderr=err, text=True,
+                                          preexec_fn=_default_sigint)
         self.root = psutil.Process(self.popen.pid)
         self.seen: dict[int, tuple[str, float]] = {}
         self.started = time.monotonic()
