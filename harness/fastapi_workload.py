@@ -65,6 +65,12 @@ def request_path(query: str, *, page: int, market: str, band: int, min_rating: i
     return "/listings/top?" + urllib.parse.urlencode(q)
 
 
+def index_key(query: str, *, page: int, market: str, band: int) -> str:
+    """The key value `request_path`'s request looks up (for the index's recorded plan): the
+    companion collection's page key for `query=page`, else the listings' `search_key`."""
+    return datasets.listing_page_key(page) if query == "page" else f"{market}|{band}"
+
+
 CPU_WARNING = re.compile(r"CPU usage (above|was too high|threshold was exceeded)")
 
 

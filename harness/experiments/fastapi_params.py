@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .. import datasets
 from ..errors import HarnessError
-from ..fastapi_workload import CLOUD_RTT_MS, QUERIES, VARIANTS, request_path
+from ..fastapi_workload import CLOUD_RTT_MS, QUERIES, VARIANTS, index_key, request_path
 from .base import Params
 
 
@@ -87,9 +87,7 @@ class FastapiLocustParams(Params):
     @property
     def index_probe(self) -> str:
         """The key value the default request looks up (for the index's recorded plan)."""
-        if self.query == "page":
-            return datasets.listing_page_key(self.page)
-        return f"{self.market}|{self.band}"
+        return index_key(self.query, page=self.page, market=self.market, band=self.band)
 
 
 RESHAPING = {

@@ -71,7 +71,7 @@ import pandas as pd
 from .. import datasets, openloop, processes
 from ..config import REPO_ROOT
 from ..errors import HarnessError
-from ..fastapi_workload import CLOUD_RTT_MS, QUERIES, Variant, request_path, search_index
+from ..fastapi_workload import CLOUD_RTT_MS, QUERIES, Variant, index_key, request_path, search_index
 from ..measure import CPUSampler, error_text, machine_busy_s
 from .base import OTHER_COLUMNS, Experiment, Metric, Params, variant_id, window_columns
 
@@ -150,7 +150,7 @@ class OpenloopCheckParams(Params):
 
     @property
     def index_probe(self) -> str:
-        return datasets.listing_page_key(self.page) if self.query == "page" else "Porto|1"
+        return index_key(self.query, page=self.page, market="Porto", band=1)
 
 
 def whole_rate(rate: float) -> int:
