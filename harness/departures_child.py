@@ -12,10 +12,8 @@ not pandas and the experiment floor (~1.1 s): a full run starts about 70 of them
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +23,7 @@ from . import interpreters, placement
 from .measure import Window
 from .mongo_workload import async_variant, threads_variant
 from .pg_workload import VariantSpec, run_variant
+from .processes import child_main
 
 
 class _ChildContext:
@@ -88,27 +87,19 @@ def _child_pg(spec: dict) -> tuple[dict, dict]:
     return windows, samples
 
 
-def child_main(argv: list[str]) -> int:
-    spec_path, out_path = argv[1], argv[2]
-    with open(spec_path) as f:
-        spec = json.load(f)
-    result: dict[str, Any] = {}
-    try:
+def run_cell(spec: dict) -> dict[str, Any]:
+    """One cell: pin this process, then run the family's models back to back."""
+    result: dict[str, Any] = {
         # before any thread starts, so every thread of the client inherits it
-        result["client_affinity"] = placement.set_client(spec["client_cpus"])
-        result["client_affinity_proc"] = placement.proc_status_affinity(os.getpid())
-        result["runtime"] = interpreters.runtime_record()
-        run = _child_mongo if spec["family"] == "mongo" else _child_pg
-        result["windows"], result["samples"] = run(spec)
-    except BaseException as e:  # the parent records it; the other cells go on
-        result["error"] = f"{type(e).__name__}: {e}"[:500]
-        print(traceback.format_exc(), file=sys.stderr)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, allow_nan=True)
-    os.replace(tmp, out_path)
-    return 0 if "error" not in result else 1
+        "client_affinity": placement.set_client(spec["client_cpus"]),
+        "client_affinity_proc": placement.proc_status_affinity(os.getpid()),
+        "runtime": interpreters.runtime_record(),
+    }
+    run = _child_mongo if spec["family"] == "mongo" else _child_pg
+    result["windows"], result["samples"] = run(spec)
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(child_main(sys.argv))
+    # processes.child_main: reads the spec, writes the result or the error (atomically) for the parent
+    sys.exit(child_main(run_cell, dict))
