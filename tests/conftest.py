@@ -6,6 +6,11 @@ started by the harness's own provisioning code.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -69,3 +74,15 @@ def pytest_runtest_makereport(item, call):
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
+
+
+def started_run(data: Path, proc: subprocess.Popen, timeout: float = 60) -> Path | None:
+    """The `.incomplete-*` directory of the run `proc` (a `harness run` CLI) is writing, once its
+    manifest names its servers; None if there is none by `timeout` or `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = sorted((data / "runs").glob(f"{store.INCOMPLETE_PREFIX}*"))
+        if found and "servers" in json.loads((found[0] / "manifest.json").read_text()):
+            return found[0]
+        time.sleep(0.05)
+    return None

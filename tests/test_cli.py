@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, started_run
 
 from harness import registry, store
 
@@ -90,21 +90,14 @@ def test_interrupted_run_keeps_previous_latest_and_leaves_no_process(stack_env, 
     env.pop("STUDY_POSTGRES_DSN", None)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", exps[0], "--profile", "quick"],
                             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    children: set[int] = set()
-    incomplete = []
-    while time.monotonic() < deadline:
-        incomplete = list((data / "runs").glob(".incomplete-*"))
-        if incomplete and "servers" in json.loads((incomplete[0] / "manifest.json").read_text()):
-            children = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-            break
-        time.sleep(0.1)
+    incomplete = started_run(data, proc)
     assert incomplete, "the run never started"
+    children = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert os.readlink(data / "runs" / "latest") == "earlier-good-run"
-    manifest = json.loads((incomplete[0] / "manifest.json").read_text())
+    manifest = json.loads((incomplete / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     time.sleep(0.5)
     left = [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

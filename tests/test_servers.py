@@ -13,7 +13,7 @@ import psutil
 import psycopg
 import pymongo
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, started_run
 
 from harness import environment, servers
 from harness.errors import HarnessError
@@ -107,17 +107,12 @@ def _sigterm_run_on_the_stack(env: dict, data: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "pg_models", "--profile", "quick"],
                             cwd=REPO_ROOT, env=dict(env, STUDY_DATA_DIR=str(data)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline, incomplete = time.monotonic() + 60, []
-    while time.monotonic() < deadline and proc.poll() is None:
-        incomplete = list((data / "runs").glob(".incomplete-*"))
-        if incomplete and "servers" in json.loads((incomplete[0] / "manifest.json").read_text()):
-            break
-        time.sleep(0.05)
+    incomplete = started_run(data, proc)
     assert incomplete, "the run never started"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert json.loads((incomplete[0] / "manifest.json").read_text())["status"] == "interrupted", err
+    assert json.loads((incomplete / "manifest.json").read_text())["status"] == "interrupted", err
 
 
 def test_servers_up_status_down_cli(tmp_path):
