@@ -126,14 +126,17 @@ def _series(runs: list[dict[str, float]], unit: str, **extra: Any) -> dict[str, 
             "steal_pct": [r["steal_pct"] for r in runs], "wall_s": [r["wall_s"] for r in runs], **extra}
 
 
-def measure(stack=None, repeats: int = REPEATS) -> dict[str, Any]:
+def measure(stack=None, repeats: int = REPEATS, cpu_seconds: float = CPU_SECONDS,
+            pgbench_warmup: bool = True) -> dict[str, Any]:
     """Both ceilings (pgbench only when the stack has a PostgreSQL server and pgbench is installed;
-    otherwise its entry says why). Never raises for a missing ceiling: the run goes on without it."""
+    otherwise its entry says why). Never raises for a missing ceiling: the run goes on without it.
+    The smoke profile asks for less (one short repeat, no pgbench warm-up): its ceilings only show
+    that the path works, and tests start many smoke runs."""
     out: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "cpu_model": cpu_model(), "cpus": psutil.cpu_count(),
                            "repeats": repeats}
-    runs = [_timed(python_cpu_rate) for _ in range(repeats)]
-    out["python_cpu"] = _series(runs, "loops/s", workload="harness.calibration._loop, ~1 s per repeat")
+    runs = [_timed(lambda: python_cpu_rate(cpu_seconds)) for _ in range(repeats)]
+    out["python_cpu"] = _series(runs, "loops/s", workload=f"harness.calibration._loop, ~{cpu_seconds:g} s per repeat")
     dsn = getattr(getattr(stack, "postgres", None), "uri", None) if stack is not None else None
     binary = shutil.which("pgbench")
     if not dsn:
@@ -143,7 +146,8 @@ def measure(stack=None, repeats: int = REPEATS) -> dict[str, Any]:
     else:
         try:
             _ensure_table(dsn)
-            pgbench_tps(dsn, binary, 1)   # warm-up: connections, plan cache, buffers
+            if pgbench_warmup:
+                pgbench_tps(dsn, binary, 1)   # warm-up: connections, plan cache, buffers
             runs = [_timed(lambda: pgbench_tps(dsn, binary)) for _ in range(repeats)]
             out["pgbench"] = _series(runs, "transactions/s",
                                      transaction=f"SELECT v FROM {TABLE} WHERE id = random 1..{TABLE_ROWS}",

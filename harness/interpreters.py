@@ -501,8 +501,21 @@ def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None
 
 
 def main(argv: list[str]) -> int:
+    """`python -m harness.interpreters [--installed] VERSION...`; --installed skips (with a line on
+    stderr) a version this machine does not have, so set-up can prepare whatever is there."""
+    installed_only = "--installed" in argv
+    requests = [a for a in argv if a != "--installed"] or ["current"]
+    if installed_only:
+        present = []
+        for r in requests:
+            try:
+                resolve(r)
+                present.append(r)
+            except HarnessError as e:
+                print(f"skipped: {e}", file=sys.stderr)
+        requests = present
     try:
-        venvs = prepare(argv or ["current"], log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        venvs = prepare(requests, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -240,9 +240,19 @@ async def _calibrate_async(spec: VariantSpec, request: Callable, pool) -> list[f
     return out
 
 
+def _check_reachable(dsn: str) -> None:
+    """One plain connection before a psycopg pool opens: psycopg_pool retries a refused server until
+    its open time-out, so a server that died mid-run would cost POOL_OPEN_TIMEOUT_S per variant
+    instead of failing at once (asyncpg's pool fails on the first refusal by itself)."""
+    import psycopg
+
+    psycopg.connect(dsn, connect_timeout=10).close()
+
+
 def _run_threads(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list[float]]:
     from psycopg_pool import ConnectionPool
 
+    _check_reachable(spec.dsn)
     pool = ConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
                           kwargs={"autocommit": spec.psycopg_autocommit})
     pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
@@ -276,6 +286,7 @@ async def _run_async(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, 
     else:
         from psycopg_pool import AsyncConnectionPool
 
+        _check_reachable(spec.dsn)   # before the loop's work starts: a blocking call is fine here
         pool = AsyncConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
                                    kwargs={"autocommit": spec.psycopg_autocommit})
         await pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)

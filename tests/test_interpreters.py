@@ -141,6 +141,18 @@ def test_the_command_line_prepares_and_reports(tmp_path):
     assert "free-threaded builds:" in out.stderr
 
 
+def test_the_command_line_skips_a_missing_version_only_when_asked():
+    """Set-up (scripts/bootstrap) prepares whichever of the departures' interpreters are installed."""
+    argv = [sys.executable, "-m", "harness.interpreters", CURRENT, "3.99"]
+    strict = subprocess.run(argv, capture_output=True, text=True, cwd=interpreters.REPO_ROOT, timeout=120)
+    assert strict.returncode == 2 and "no Python 3.99 found" in strict.stderr
+    lenient = subprocess.run([*argv, "--installed"], capture_output=True, text=True, cwd=interpreters.REPO_ROOT,
+                             timeout=120)
+    assert lenient.returncode == 0, lenient.stderr
+    assert "skipped: --python 3.99" in lenient.stderr
+    assert [json.loads(line)["mode"] for line in lenient.stdout.splitlines()] == ["study"]
+
+
 def test_tools_that_stay_on_the_study_interpreter_find_it(monkeypatch):
     monkeypatch.delenv("HARNESS_STUDY_PYTHON", raising=False)
     assert interpreters.study_python() == sys.executable

@@ -1,6 +1,7 @@
-"""pg_models and pg_ceiling at smoke size against the real PostgreSQL server: data shape and
-sanity (every client present, positive latencies, CPU recorded, throughput consistent with the
-counts), never speed. Plus the analysis on the same raw data, and failure recording."""
+"""pg_models and pg_ceiling at smoke size against the real PostgreSQL server (their repeats in the
+session's smoke run): data shape and sanity (every client present, positive latencies, CPU
+recorded, throughput consistent with the counts), never speed. Plus the analysis on the same raw
+data, and failure recording."""
 
 from __future__ import annotations
 
@@ -16,14 +17,24 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def models_run(stack, tmp_path_factory):
-    """One smoke repeat of pg_models, run in a worker as the study does."""
-    return _run(stack, tmp_path_factory, "pg_models")
+def models_run(smoke_run):
+    """pg_models' repeat in the session's smoke run (conftest `smoke_run`: a worker per repeat, as
+    the study runs it), rather than a second run of the same thing."""
+    return _from_smoke_run(smoke_run, "pg_models")
 
 
 @pytest.fixture(scope="module")
-def ceiling_run(stack, tmp_path_factory):
-    return _run(stack, tmp_path_factory, "pg_ceiling")
+def ceiling_run(smoke_run):
+    return _from_smoke_run(smoke_run, "pg_ceiling")
+
+
+def _from_smoke_run(smoke_run, name):
+    """(params, result, tables, repeat dir) of the experiment's repeat 0, as `_run` returns them."""
+    import pandas as pd
+
+    out = dict(smoke_run.repeat_dirs(name))[0]
+    tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
+    return registry.get(name).params("smoke"), smoke_run.result(name, 0), tables, out
 
 
 def _run(stack, tmp_path_factory, name, **overrides):

@@ -198,14 +198,16 @@ class PgCeiling(Experiment):
         base_procs = server.processes
         proc = processes.start(f"pgbench:{stem}", argv, out_path, env=env)
         window: dict = {}
+        exited = threading.Event()   # a pgbench that exits early must not leave the monitor waiting
         monitor = threading.Thread(target=self._monitor, daemon=True,
-                                   args=(p, proc.pid, server, base_procs + clients, window))
+                                   args=(p, proc.pid, server, base_procs + clients, window, exited))
         monitor.start()
         error = None
         try:
             if proc.wait(p.seconds() + CONNECT_WAIT_S + 60) is None:
                 error = "pgbench timed out"
         finally:
+            exited.set()
             proc.stop()
             monitor.join(timeout=5)
         text = out_path.read_text(errors="replace") if out_path.exists() else ""
@@ -249,9 +251,9 @@ class PgCeiling(Experiment):
 
     @staticmethod
     def _monitor(p: PgCeilingParams, pgbench_pid: int, server: ServerCPU, want_procs: int,
-                 out: dict) -> None:
+                 out: dict, exited: threading.Event) -> None:
         """Wait for pgbench's connections, skip the warm-up, time the window (wall clock, pgbench's
-        CPU, server CPU)."""
+        CPU, server CPU). Gives up as soon as pgbench has exited (`exited`): no window then."""
         try:
             bench = psutil.Process(pgbench_pid)
             deadline = time.monotonic() + (CONNECT_WAIT_S if server.available else 1.0)
@@ -259,8 +261,12 @@ class PgCeiling(Experiment):
                 server.read()
                 if server.available and server.processes >= want_procs:
                     break
-                time.sleep(0.05)
-            time.sleep(p.warmup_s)
+                if exited.wait(0.05):
+                    out["error"] = "pgbench exited before its connections were all open"
+                    return
+            if exited.wait(p.warmup_s):
+                out["error"] = "pgbench exited during the warm-up"
+                return
             s0, m0, c0 = server.read(), machine_busy_s(), bench.cpu_times()
             t0, w0 = time.time(), time.perf_counter()
             time.sleep(p.duration_s)
