@@ -243,10 +243,11 @@ class ChildOutcome:
 
 
 def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path: Path,
-              timeout_s: float, env: dict[str, str] | None = None, python: str | None = None) -> ChildOutcome:
+              timeout_s: float, env: dict[str, str] | None = None, python: str | None = None,
+              tail_lines: int = 15) -> ChildOutcome:
     """Run `python -m module SPEC RESULT` for `spec` (a dataclass, or a JSON-able dict), stopped
     after `timeout_s`. `python` is the interpreter (default: this one; another venv's for a client
-    measured on another Python).
+    measured on another Python); `tail_lines` of its log are kept in the outcome.
 
     The spec file lives in a private temporary directory (it may hold credentials) and is removed
     when the child ends.
@@ -269,7 +270,7 @@ def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path:
             result = json.loads(result_path.read_text())
         except ValueError:
             result = None
-    tail = proc.log_tail(15)
+    tail = proc.log_tail(tail_lines)
     if code is None:
         error: str | None = f"timed out after {timeout_s:g} s"
     elif result is None:

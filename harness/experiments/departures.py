@@ -43,7 +43,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import subprocess
 import tempfile
 import types
 from collections.abc import Iterator
@@ -59,7 +58,7 @@ from ..errors import HarnessError
 from ..mongo_workload import DOCUMENTS, ferretdb_backend_index, note_timeouts
 from ..pg_workload import MODELS as PG_MODELS
 from ..pg_workload import find_postmaster
-from ..servers import REPO_ROOT, ServerStack
+from ..servers import ServerStack
 from .base import Context, Experiment, Metric, Params, variant_id, window_columns
 
 FAMILIES = ("mongo", "pg")
@@ -260,17 +259,19 @@ class Departures(Experiment):
                     "dsn": route.stack.postgres_dsn if cell.family == "pg" else None,
                     "postmaster_pid": (find_postmaster(stack.postgres_dsn, stack.postgres.pids)[0]
                                        if cell.family == "pg" else None)}
-            result, error, proc = self._child(ctx, venv, spec, pos)
+            child = self._child(ctx, venv, spec, pos)
             via_proxy = bool(route.record.get("via_proxy", proxy)) if isinstance(route.record, dict) else proxy
             if isinstance(route.record, dict) and route.record:
                 ctx.record("routes", [{"cell": cell.id, "record": json.dumps(route.record)}])
-        if error is not None:
+        if child.error is not None or child.result is None:
+            error = child.error or "the child wrote no result"
             # one row per variant of the cell: the worker marks each of them failed (contract C2)
             ctx.record("failures", [{"variant": cell.variant(m), "cell": cell.id, "error": error,
-                                     "returncode": proc.poll(), "log_tail": proc.log_tail(30)}
+                                     "returncode": child.returncode, "log_tail": child.log_tail}
                                     for m in cell.models])
             ctx.log.warning("%s failed: %s", cell.id, error)
             return
+        result = child.result
         runtime = result["runtime"]
         factors = {"cell": cell.id, "family": cell.family, "python": cell.python,
                    "python_version": runtime["python"], "python_build": runtime["python_build"],
@@ -296,29 +297,16 @@ class Departures(Experiment):
                 s[key] = value
             ctx.record("samples", s.astype({"task": "int32", "ok": "bool"}))
 
-    def _child(self, ctx: Context, venv: interpreters.Venv, spec: dict, pos: int):
+    def _child(self, ctx: Context, venv: interpreters.Venv, spec: dict, pos: int) -> processes.ChildOutcome:
+        """The cell's client process on the cell's interpreter (harness.departures_child)."""
         p: DeparturesParams = ctx.params
-        log_path = ctx.artifacts / f"{pos:03d}_{spec['family']}.log"
         timeout = len(spec["models"]) * (p.warmup_s + p.duration_s) + CHILD_OVERHEAD_S
         with tempfile.TemporaryDirectory(prefix="departures-") as tmp:
-            spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-            spec_path.write_text(json.dumps(spec))  # holds URIs: lives only in tmp
-            spec_path.chmod(0o600)
-            proc = processes.start(f"departures:{spec['cell']}",
-                                   [venv.python, "-m", "harness.departures_child", str(spec_path),
-                                    str(out_path)], log_path, cwd=REPO_ROOT, env=interpreters.child_env())
-            error = None
-            try:
-                proc.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                error = f"timed out after {timeout:g} s"
-            finally:
-                proc.stop()
-            result = json.loads(out_path.read_text()) if out_path.exists() else {}
-        if error is None:
-            error = result.get("error") or (None if result else
-                                            f"child exited with code {proc.poll()} without a result")
-        return result, error, proc
+            return processes.run_child(f"departures:{spec['cell']}", "harness.departures_child", spec,
+                                       result_path=Path(tmp) / "out.json",
+                                       log_path=ctx.artifacts / f"{pos:03d}_{spec['family']}.log",
+                                       timeout_s=timeout, env=interpreters.child_env(), python=venv.python,
+                                       tail_lines=30)
 
 
 def _cpus(cpus) -> str:
