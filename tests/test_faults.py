@@ -651,6 +651,7 @@ BAD_INPUT = [
     (["run", "mongo_pool", "--set", "mongo_pool.tasks=0"], "tasks", {}),
     (["run", "mongo_pool", "--set", "mongo_pool.duration_s=-1"], "duration_s", {}),
     (["run", "mongo_pool", "--set", "mongo_pool.modes=bare,nosuchmode"], "modes", {}),
+    (["run", "mongo_pool", "--set", "mongo_pool.modes=bare,bare"], "modes", {}),   # a variant twice
     (["run", "mongo_pool", "--set", "mongo_pool.rtt_ms=5"], "rtt_ms", {}),
     (["run", "mongo_pool", "--set", "mongo_pool.no_such_param=1"], "no_such_param", {}),
     (["run", "mongo_pool", "--set", "pg_models.clients=1"], "pg_models", {}),

@@ -171,6 +171,12 @@ class Params:
         self.require_non_negative("warmup_s")
         self.require_positive("timeout_s")
         check_setting(self.via_proxy, self.rtt_ms, self.jitter_ms)
+        for f in fields(self):  # a list runs each entry as a variant: a repeated one would run twice
+            values = getattr(self, f.name)
+            if isinstance(values, tuple):
+                twice = sorted({repr(v) for v in values if values.count(v) > 1})
+                if twice:
+                    raise HarnessError(f"parameter {f.name} lists {', '.join(twice)} more than once")
 
     # -- helpers for validate(): each names the parameter in its message
     def require_positive(self, *names: str) -> None:
