@@ -490,11 +490,18 @@ def _installed_versions(py: str) -> dict[str, str]:
 
 
 def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None, *, build: bool = True,
-            log=None) -> list[Venv]:
-    """Resolve every request and make its venv ready (duplicates by tag dropped, order kept)."""
+            log=None, skip_missing: bool = False) -> list[Venv]:
+    """Resolve every request and make its venv ready (duplicates by tag dropped, order kept).
+    `skip_missing`: a request no installed interpreter answers is logged and skipped, not an error."""
     venvs: dict[str, Venv] = {}
     for r in requests:
-        interp = resolve(r)
+        try:
+            interp = resolve(r)
+        except HarnessError as e:
+            if not skip_missing:
+                raise
+            (log or (lambda msg: None))(f"skipped: {e}")
+            continue
         if interp.tag not in venvs:
             venvs[interp.tag] = ensure_venv(interp, cache_dir, build=build, log=log)
     return list(venvs.values())
@@ -503,19 +510,10 @@ def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None
 def main(argv: list[str]) -> int:
     """`python -m harness.interpreters [--installed] VERSION...`; --installed skips (with a line on
     stderr) a version this machine does not have, so set-up can prepare whatever is there."""
-    installed_only = "--installed" in argv
     requests = [a for a in argv if a != "--installed"] or ["current"]
-    if installed_only:
-        present = []
-        for r in requests:
-            try:
-                resolve(r)
-                present.append(r)
-            except HarnessError as e:
-                print(f"skipped: {e}", file=sys.stderr)
-        requests = present
     try:
-        venvs = prepare(requests, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        venvs = prepare(requests, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                        skip_missing="--installed" in argv)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
