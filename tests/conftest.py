@@ -50,10 +50,14 @@ def run_experiment(stack, tmp_path):
             d.ensure(stack)
         out = tmp_path / name / "r0"
         result = study.run_repeat(planned, stack, out, 0)
-        tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
-        return result, tables
+        return result, repeat_tables(out)
 
     return _run
+
+
+def repeat_tables(out: Path) -> dict[str, pd.DataFrame]:
+    """Every table one repeat directory holds, raw (as the worker wrote it), keyed by table name."""
+    return {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
 
 
 def experiment_tables(run: store.Run, name: str) -> dict[str, pd.DataFrame]:

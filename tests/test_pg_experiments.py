@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import repeat_tables
 
 from harness import registry, stats
 from harness.analysis import METRIC_COLUMNS, postgres
@@ -30,16 +31,11 @@ def ceiling_run(smoke_run):
 
 def _from_smoke_run(smoke_run, name):
     """(params, result, tables, repeat dir) of the experiment's repeat 0, as `_run` returns them."""
-    import pandas as pd
-
     out = dict(smoke_run.repeat_dirs(name))[0]
-    tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
-    return registry.get(name).params("smoke"), smoke_run.result(name, 0), tables, out
+    return registry.get(name).params("smoke"), smoke_run.result(name, 0), repeat_tables(out), out
 
 
 def _run(stack, tmp_path_factory, name, **overrides):
-    import pandas as pd
-
     from harness import study
 
     planned = study.plan([name], "smoke", overrides)[0]
@@ -47,8 +43,7 @@ def _run(stack, tmp_path_factory, name, **overrides):
         d.ensure(stack)
     out = tmp_path_factory.mktemp(name) / "r0"
     result = study.run_repeat(planned, stack, out, 0)
-    tables = {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
-    return planned.params, result, tables, out
+    return planned.params, result, repeat_tables(out), out
 
 
 def test_registered_with_profiles():
