@@ -1,6 +1,8 @@
 """The measurement toolkit every experiment family stands on (ground floor: imports nothing above it).
 
-- `Window`: wall time and this process's CPU time of one measured window;
+- `Window`: wall time, this process's CPU time and its run-queue wait of one measured window;
+- `thread_waits()`/`waited_s()`: how long a process's threads were runnable but waiting for a core
+  (Linux schedstat): the CPU a client wanted and did not get on a shared machine;
 - `TreeCPU`: CPU seconds of a process tree: a root and its descendants, including descendants that
   exited and were reaped by a member (the kernel moves their CPU into the reaper's `children_*`
   times). A PostgreSQL server is `TreeCPU(postmaster_pid)`; a client is `TreeCPU(os.getpid())`;
@@ -12,8 +14,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +33,8 @@ def error_text(e: BaseException, limit: int = 300) -> str:
 
 
 class Window:
-    """A measured window: wall time and this process's CPU time between `open()` and `close()`.
+    """A measured window: wall time, this process's CPU time and its threads' run-queue wait
+    (`cpu_wait_s`, see `thread_waits`) between `open()` and `close()`.
 
     Used as a context manager by experiments; a monitor thread that must not block a saturated
     event loop calls `open()`/`close()` itself.
@@ -40,9 +45,10 @@ class Window:
         self.fields = dict(fields or {})
         self.ops = 0           # set by the experiment: operations completed inside the window
         self.t0 = 0.0          # perf_counter() at open; samples' start_s are relative to it
-        self.wall_s = self.cpu_s = self.cpu_user_s = self.cpu_system_s = float("nan")
+        self.wall_s = self.cpu_s = self.cpu_user_s = self.cpu_system_s = self.cpu_wait_s = float("nan")
 
     def open(self) -> Window:
+        self._wait0 = thread_waits()
         self._proc = psutil.Process()
         self._cpu0 = self._proc.cpu_times()
         self._pt0 = time.process_time()
@@ -55,6 +61,7 @@ class Window:
         cpu1 = self._proc.cpu_times()
         self.cpu_user_s = cpu1.user - self._cpu0.user
         self.cpu_system_s = cpu1.system - self._cpu0.system
+        self.cpu_wait_s = waited_s(self._wait0, thread_waits())
 
     @property
     def close_at(self) -> float:
@@ -69,8 +76,38 @@ class Window:
 
     def row(self) -> dict[str, Any]:
         return {"variant": self.variant, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
-                "cpu_user_s": self.cpu_user_s, "cpu_system_s": self.cpu_system_s, "ops": self.ops,
-                **self.fields}
+                "cpu_user_s": self.cpu_user_s, "cpu_system_s": self.cpu_system_s,
+                "cpu_wait_s": self.cpu_wait_s, "ops": self.ops, **self.fields}
+
+
+def thread_waits(pid: int | str = "self") -> dict[str, int]:
+    """Nanoseconds each thread of `pid` has so far spent runnable but waiting for a core: the second
+    field of Linux's /proc/<pid>/task/<tid>/schedstat. psutil does not read it. {} where the
+    kernel does not expose it (another OS, or the process is gone).
+
+    CPU time says how much a thread ran; this says how much more it would have run had a core been
+    free. A loop thread that ran 65% of a window and waited 35% was never idle: on its own core it
+    would have been saturated."""
+    out: dict[str, int] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out[task.name] = int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread exited between listing and reading
+    return out
+
+
+def waited_s(before: dict[str, int], after: dict[str, int]) -> float:
+    """Run-queue wait (s) between two `thread_waits` reads, over the threads alive at the second:
+    one started in between counts from zero; one that exited in between is lost. NaN when either
+    read found nothing."""
+    if not before or not after:
+        return math.nan
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9
 
 
 class TreeCPU:

@@ -171,7 +171,8 @@ def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> 
         state.close_at = w.close_at
         s1, m1 = server.read(), machine_busy_s()
         out.update(open_at=state.open_at, close_at=state.close_at, wall_s=w.wall_s, cpu_s=w.cpu_s,
-                   cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, server_cpu_s=s1 - s0,
+                   cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, cpu_wait_s=w.cpu_wait_s,
+                   server_cpu_s=s1 - s0,
                    machine_busy_s=m1 - m0, server_procs_open=procs0,
                    server_procs_close=server.processes, threads_in_process=threading.active_count())
     finally:

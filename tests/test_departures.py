@@ -36,6 +36,7 @@ def test_each_window_ran_on_the_interpreter_its_cell_names(factorial):
         assert set(w.loc[w["python"] == label, "python_version"]) == {version}
     assert set(w["python_build"]) <= {"gil", "free-threaded"}
     assert (w["ops"] > 0).all() and (w["cpu_s"] > 0).all()
+    assert (w["cpu_wait_s"] >= 0).all()   # measured in every interpreter's child, not NaN
     # every sample carries the interpreter's version and build too
     s = factorial.table("departures", "samples")
     assert s["python_version"].notna().all() and s["python_build"].notna().all()

@@ -168,7 +168,8 @@ def test_models_charge_database_cpu_and_name_a_bottleneck(run_experiment, tmp_pa
         "experiments": {"mongo_models": {"status": "ok", "params": params}}})
     m = mongo.metrics(store.Run(tmp_path))
     models = m[m.experiment == "mongo_models"]
-    assert {"db_cpu_pct", "client_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"} <= set(models.metric)
+    assert {"db_cpu_pct", "client_cpu_pct", "client_cpu_wait_pct", "machine_cpu_pct",
+            "db_cpu_us_per_query"} <= set(models.metric)
     limits = set(models[models.metric == "throughput_qps"].bottleneck)
     assert limits and limits <= {"client_cpu", "database_cpu", "machine_cpu", "unexplained"}, limits
 
@@ -184,6 +185,17 @@ def test_models_charge_database_cpu_and_name_a_bottleneck(run_experiment, tmp_pa
 ])
 def test_models_bottleneck_flips_at_its_thresholds(mode, client, db, machine, expected):
     assert mongo.models_bottleneck(mode, client, db, machine, cores=2) == expected
+
+
+@pytest.mark.parametrize("mode,client,wait,expected", [
+    ("async", 60.0, 35.0, "client_cpu"),      # never idle: ran 60% of a core, waited 35% for one
+    ("async", 60.0, 25.0, "unexplained"),     # idle 15% of the window: not client-bound
+    ("threads", 100.0, 90.0, "client_cpu"),   # its threads wanted 190% of the 2 cores
+    ("threads", 100.0, 70.0, "unexplained"),
+])
+def test_models_bottleneck_counts_waiting_for_a_core_as_client_demand(mode, client, wait, expected):
+    assert mongo.models_bottleneck(mode, client, 60.0, 170.0, cores=2, wait_pct=wait) == expected
+    assert mongo.models_bottleneck(mode, client, 60.0, 170.0, cores=2) == "unexplained"  # wait unknown
 
 
 def test_metrics_name_every_seed_quantity(mongo_run):

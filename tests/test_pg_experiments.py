@@ -82,6 +82,7 @@ def test_pg_models_shape_and_sanity(models_run):
             assert (mine["hold_s"] >= row["slow_ms"] / 1000.0).all()
         assert row["ops"] == len(mine) and row["ops_all"] >= row["ops"]
         assert row["cpu_s"] > 0 and abs(row["wall_s"] - p.duration_s) < 0.25
+        assert row["cpu_wait_s"] >= 0   # measured (not NaN): the client's run-queue wait
         assert row["server_cpu_s"] >= 0 and row["server_cpu_source"] == "postmaster+descendants"
         assert row["machine_busy_s"] >= row["cpu_s"] * 0.5
         assert row["regime"] == regime_name(row["slow_ms"])
@@ -112,7 +113,8 @@ def test_pg_models_analysis(models_run, tmp_path):
         for slow in p.slow_ms:
             for pool in p.pools:
                 base = f"pg_models.{regime_name(slow)}.pool{pool}.{model}"
-                for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "littles_law_ms"):
+                for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "cpu_wait_pct",
+                          "littles_law_ms"):
                     assert f"{base}.{q}" in m
     assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
     assert f"pg_models.fast.pool{p.pools[0]}.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" in m
@@ -137,6 +139,7 @@ def test_pg_ceiling_shape_and_sanity(ceiling_run):
         # The server's CPU is read in 10 ms kernel ticks per process: a smoke-sized window of light
         # transactions can round to zero; it must still be measured (not NaN) and never negative.
         assert row["cpu_s"] > 0 and row["server_cpu_s"] >= 0
+        assert row["cpu_wait_s"] >= 0   # pgbench's threads' run-queue wait, measured
     arts = {f.name for f in (out / "artifacts").iterdir()}
     assert sum(n.endswith(".out") for n in arts) == expected
     assert sum(n.endswith(".log.gz") for n in arts) == expected
@@ -166,6 +169,20 @@ def test_limiting_resource_rule():
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 97, 10, 120, 2)[0] == "not identified"
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 120, 70, 195, 2)[0] == "machine CPU"
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 190, 0, math.nan, 2)[0] == "client CPU"
+
+
+@pytest.mark.parametrize("model,cpu,wait,expected", [
+    ("uvloop_asyncpg", 65.0, 35.0, "client CPU"),     # the loop never idle: it shared its core
+    ("uvloop_asyncpg", 65.0, 20.0, "not identified"),
+    ("threads_psycopg", 106.0, 767.0, "client CPU"),  # 200 threads wanting far more than 2 cores
+    ("threads_psycopg", 106.0, 60.0, "not identified"),
+])
+def test_limiting_resource_counts_waiting_for_a_core_as_client_demand(model, cpu, wait, expected):
+    limit, reason = postgres.limiting_resource(model, 50, 100, cpu, 50, 150, 2, wait)
+    assert limit == expected
+    assert postgres.limiting_resource(model, 50, 100, cpu, 50, 150, 2)[0] == "not identified"
+    if limit == "client CPU":
+        assert "waiting for a core" in reason
 
 
 def test_latency_percentiles_match_an_independent_computation(models_run, tmp_path):

@@ -58,7 +58,8 @@ with the loop/driver suffix as for mongo_pool)
 - `mongo_models.T.p50_ms`, `.p99_ms`, `.max_ms` (and for A)             latency, ms
 - `.client_cpu_pct`, `.db_cpu_pct`, `.machine_cpu_pct` (T and A) CPU over the window, % of one core:
   the client process, the database (FerretDB + its PostgreSQL, background workers included), the
-  whole machine; `.db_cpu_us_per_query` database CPU per query, us. Every mongo_models figure
+  whole machine; `.client_cpu_wait_pct` how long the client's threads were runnable but waiting
+  for a core (% of one core); `.db_cpu_us_per_query` database CPU per query, us. Every mongo_models figure
   carries its window's `bottleneck` (`models_bottleneck`: client_cpu, database_cpu, machine_cpu
   or unexplained)
 - `mongo_models.async_poolN.*` (same figures) the pool sweep: the seed's async setup, no semaphore,
@@ -70,6 +71,7 @@ with the loop/driver suffix as for mongo_pool)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -170,25 +172,30 @@ def _resources(w: pd.Series) -> dict[str, Any]:
     if "db_cpu_s" not in w or pd.isna(w.get("machine_busy_s")):
         return {}
     pct = lambda s: 100.0 * float(s) / w.wall_s if w.wall_s else np.nan  # noqa: E731
-    out = {"client_cpu_pct": pct(w.cpu_s), "db_cpu_pct": pct(w.db_cpu_s), "machine_cpu_pct": pct(w.machine_busy_s),
+    out = {"client_cpu_pct": pct(w.cpu_s), "client_cpu_wait_pct": pct(w.get("cpu_wait_s", np.nan)),
+           "db_cpu_pct": pct(w.db_cpu_s), "machine_cpu_pct": pct(w.machine_busy_s),
            "db_cpu_us_per_query": stats.cpu_per_op_us(w.db_cpu_s, int(w.ops)) if not pd.isna(w.db_cpu_s) else np.nan}
     out["bottleneck"] = models_bottleneck(w["mode"], out["client_cpu_pct"], out["db_cpu_pct"],
-                                          out["machine_cpu_pct"], int(w.get("cores") or 1))
+                                          out["machine_cpu_pct"], int(w.get("cores") or 1),
+                                          out["client_cpu_wait_pct"])
     return out
 
 
-def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: float, cores: int) -> str:
+def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: float, cores: int,
+                      wait_pct: float = math.nan) -> str:
     """The first saturated resource of a mongo_models window, in this order (the rules of
     harness.analysis.fastapi and .postgres, with the resources that apply here):
     client_cpu    the client process at >= 90% of what it can use: one core for the event loop,
-                  every core for threads (PyMongo releases the GIL while it waits on a socket);
+                  every core for threads (PyMongo releases the GIL while it waits on a socket),
+                  counting as busy the time its threads were runnable but waiting for a core
+                  (`wait_pct`, 0 when not measured): such a client was never idle;
     database_cpu  the machine >= 90% busy and the database (FerretDB + its PostgreSQL) its largest
                   user (of database, client and everything else);
     machine_cpu   the machine >= 90% busy, another its largest user;
     unexplained   none of these (the pool or FerretDB's own PostgreSQL pool, which are not measured
                   as a utilisation here)."""
     client_cap = 100.0 * (cores if mode == "threads" else 1)
-    if client_pct >= BUSY * client_cap:
+    if client_pct + (0.0 if math.isnan(wait_pct) else wait_pct) >= BUSY * client_cap:
         return "client_cpu"
     return machine_limit(machine_pct, cores, {"database": db_pct, "client": client_pct}) or "unexplained"
 
@@ -259,7 +266,7 @@ def unit_better(metric: str) -> tuple[str, str]:
         return "queries/s", "higher"
     if metric.endswith("_us_per_doc") or "cpu_us_per" in metric or metric.endswith("us_per_wakeup"):
         return "us", "lower"
-    if metric.endswith("_cpu_pct"):
+    if metric.endswith("_cpu_pct") or metric.endswith("_cpu_wait_pct"):
         return "% of a core", ""
     if metric.endswith("_ms"):
         return "ms", "lower"
@@ -375,7 +382,7 @@ def metrics(run: Run) -> pd.DataFrame:
             limit = r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else ""
             for v in names:
                 for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms", "client_cpu_pct",
-                          "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
+                          "client_cpu_wait_pct", "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
                     if q in r:
                         unit, better = unit_better(q)
                         rows.put("mongo_models", v, q, unit, int(r["repeat"]), r[q], better, limit)

@@ -9,6 +9,9 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
 - p50_ms, p99_ms, mean_ms: latency percentiles of the window's successful requests;
   p99_p50_ratio = p99_ms / p50_ms.
 - cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
+- cpu_wait_pct: how long the client's threads were runnable but waiting for a core over the
+  window / wall, % of one core (`measure.thread_waits`; NaN for runs recorded before it existed).
+  cpu_pct + cpu_wait_pct is the CPU the client wanted: on a shared machine it gets less.
 - cpu_us_per_req: client CPU per successful request, microseconds (stats.cpu_per_op_us).
 - server_cpu_pct, server_cpu_us_per_req: the same for the PostgreSQL processes (NaN when the
   server was not a process on the measuring machine).
@@ -31,8 +34,8 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
       <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none);
       <P> = pool size; <model> in harness.pg_workload.MODELS;
       <q> = rps (requests/s) | p50_ms | p99_ms | mean_ms (ms) | p99_p50_ratio (ratio)
-            | cpu_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct (% of one core)
-            | cpu_us_per_req (us)
+            | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct
+            (% of one core) | cpu_us_per_req (us)
             | server_cpu_us_per_req (us) | db_time_ms (ms) | pool_bound_rps (requests/s)
             | pool_bound_frac (ratio) | littles_law_ms (ms) | littles_law_ratio (ratio)
             | ops_per_client_min | ops_per_client_max (requests) | jain (0..1)
@@ -49,7 +52,7 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
   pg_ceiling.<regime>.c<C>.<mode>.<q>               pgbench with C clients (= C connections),
       mode prepared | simple; <q> = rps (transactions/s in the window) | tps_reported (pgbench's
       own, whole run, transactions/s) | p50_ms | p99_ms | latency_avg_ms_reported (ms)
-      | cpu_pct | server_cpu_pct | machine_cpu_pct (% of one core) | cpu_us_per_req
+      | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct (% of one core) | cpu_us_per_req
       | server_cpu_us_per_req (us)
   pg_ceiling.<regime>.c<C>.tps                      the best mode's rps at C clients
   pg_ceiling.<regime>.tps                           the same at the largest C of the run (the
@@ -89,12 +92,16 @@ def cores(run: Run) -> int:
 
 
 def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
-                      server_cpu_pct: float, machine_cpu_pct: float, n_cores: int) -> tuple[str, str]:
+                      server_cpu_pct: float, machine_cpu_pct: float, n_cores: int,
+                      wait_pct: float = math.nan) -> tuple[str, str]:
     """The seed's decision rule, in this order: (limit, reason).
 
     pool        throughput >= 90% of pool / db_time
     client CPU  an asyncio model's loop thread near 100% of a core, or the threads model near
-                cores x 100% (a GIL build's threads can use more than one core while libpq waits)
+                cores x 100% (a GIL build's threads can use more than one core while libpq waits),
+                counting as busy the time its threads were runnable but waiting for a core
+                (`wait_pct`; 0 when not measured): a loop thread that ran 65% and waited 35% of
+                the window was never idle, it only shared its core with the server
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
     otherwise   "not identified", with the figures that ruled the others out
@@ -103,8 +110,12 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if frac >= POOL_BOUND_FRACTION:
         return "pool", f"{frac:.0%} of the pool bound"
     client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
-    if cpu_pct >= CPU_SATURATED_FRACTION * client_cap:
-        return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
+    waited = 0.0 if math.isnan(wait_pct) else wait_pct
+    if cpu_pct + waited >= CPU_SATURATED_FRACTION * client_cap:
+        if math.isnan(wait_pct):
+            return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
+        return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for a core, "
+                              f"of {client_cap:.0f}% available")
     busy = machine_cpu_pct if not math.isnan(machine_cpu_pct) else cpu_pct + server_cpu_pct
     if not math.isnan(busy) and busy >= CPU_SATURATED_FRACTION * 100.0 * n_cores:
         return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
@@ -141,19 +152,21 @@ def models_table(run: Run) -> pd.DataFrame:
         db_time = _db_time_s(c) if len(c) else math.nan
         pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
         cpu_pct = 100.0 * w["cpu_s"] / w["wall_s"]
+        wait_pct = 100.0 * w.get("cpu_wait_s", math.nan) / w["wall_s"]
         server_pct = 100.0 * w["server_cpu_s"] / w["wall_s"]
         machine_pct = 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"]
         fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
         littles = w["clients"] / rps * 1000.0 if rps else math.nan
         lat = _latency_fields(ok["latency_s"].to_numpy())
         limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
-                                          machine_pct, n_cores)
+                                          machine_pct, n_cores, wait_pct)
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
             "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
             "requests": int(w["ops"]), "errors": int(w["errors"]), "wall_s": w["wall_s"], "rps": rps,
             **lat,
-            "cpu_pct": cpu_pct, "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
+            "cpu_pct": cpu_pct, "cpu_wait_pct": wait_pct,
+            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
             "server_cpu_pct": server_pct,
             "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
             "machine_cpu_pct": machine_pct, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
@@ -192,6 +205,7 @@ def ceiling_table(run: Run) -> pd.DataFrame:
             "tps_reported": _first(rep, "tps_reported"),
             "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
             "cpu_pct": 100.0 * w["cpu_s"] / w["wall_s"],
+            "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / w["wall_s"],
             "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
             "server_cpu_pct": 100.0 * w["server_cpu_s"] / w["wall_s"],
             "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
@@ -247,13 +261,15 @@ def config_label(regime: str, slow_ms: float, pool: int) -> str:
 
 def seed_table(run: Run) -> pd.DataFrame:
     """The seed's grid: one row per configuration x quantity, one column per model (mean over
-    repeats). Quantities: req/s, p50 ms, p99 ms, p99/p50, client CPU %, client CPU us/req,
+    repeats). Quantities: req/s, p50 ms, p99 ms, p99/p50, client CPU %, client waiting for a core %,
+    client CPU us/req,
     server CPU %, pool bound req/s, Little's law ms, Jain index, limit."""
     t = _mean_over_repeats(models_table(run), ["variant"])
     if t.empty:
         return pd.DataFrame()
     quantities = [("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
                   ("p99_p50_ratio", "p99/p50"), ("cpu_pct", "client CPU %"),
+                  ("cpu_wait_pct", "client waiting for a core %"),
                   ("cpu_us_per_req", "client CPU us/req"), ("server_cpu_pct", "server CPU %"),
                   ("machine_cpu_pct", "machine CPU %"),
                   ("pool_bound_rps", "pool bound req/s"), ("littles_law_ms", "Little's law ms"),
@@ -275,7 +291,8 @@ def seed_table(run: Run) -> pd.DataFrame:
 _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher"),
           "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"), "mean_ms": ("ms", "lower"),
           "latency_avg_ms_reported": ("ms", "lower"), "p99_p50_ratio": ("ratio", "lower"),
-          "cpu_pct": ("% of a core", "lower"), "server_cpu_pct": ("% of a core", ""),
+          "cpu_pct": ("% of a core", "lower"), "cpu_wait_pct": ("% of a core", ""),
+          "server_cpu_pct": ("% of a core", ""),
           "machine_cpu_pct": ("% of a core", ""), "other_cpu_pct": ("% of a core", ""),
           "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
           "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
@@ -285,8 +302,8 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
           "tps": ("transactions/s", "higher")}
-MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_us_per_req",
-                    "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
+MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
+                    "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "littles_law_ms", "littles_law_ratio",
                     "ops_per_client_min", "ops_per_client_max", "jain", "errors")
 
@@ -343,7 +360,7 @@ def metrics(run: Run) -> pd.DataFrame:
         for _, r in c.iterrows():
             v = f"{r['regime']}.c{int(r['clients'])}.{r['mode']}"
             for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
-                      "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
+                      "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
                 put("pg_ceiling", v, q, r["repeat"], r[q])
         for (regime, rep), g in c.groupby(["regime", "repeat"]):
             for clients, gc in g.groupby("clients"):

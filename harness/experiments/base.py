@@ -36,7 +36,8 @@ Conventions for recorded tables (Parquet, one file per table per repeat):
   `start_s` (float, seconds since the variant's measured window opened), `latency_s` (float),
   `ok` (bool), plus whatever else the experiment needs.
 - `windows`: one row per measured window, written by `ctx.window()`: variant, wall_s, cpu_s,
-  cpu_user_s, cpu_system_s, ops, and the window's own fields (pool size, concurrency, ...).
+  cpu_user_s, cpu_system_s, cpu_wait_s (its threads' run-queue wait: `measure.thread_waits`), ops, and
+  the window's own fields (pool size, concurrency, ...).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ OTHER_COLUMNS = "*"   # a schema key: columns beyond the declared ones are allow
 def window_columns(**fields: str) -> dict[str, str]:
     """The schema of a `windows` table: what `Context.window()` always writes, plus `fields`."""
     return {"variant": "str", "wall_s": "float", "cpu_s": "float", "cpu_user_s": "float",
-            "cpu_system_s": "float", "ops": "int", **fields}
+            "cpu_system_s": "float", "cpu_wait_s": "float", "ops": "int", **fields}
 
 
 def _kind_ok(series: pd.Series, kind: str) -> bool:

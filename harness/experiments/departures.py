@@ -27,7 +27,7 @@ Tables:
 - `windows`: variant, cell, family, model, kind (threads | async), python (the factor level),
   python_version, python_build (gil | free-threaded), gil_enabled, python_executable, venv_mode,
   placement, server_cpus, client_cpus, rtt_ms, via_proxy, position (cell's place in the repeat),
-  model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, ops, errors, server_cpu_s (pg: the
+  model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, cpu_wait_s, ops, errors, server_cpu_s (pg: the
   postmaster and its descendants; NaN for mongo), duration_s, workers, pool_size.
 - `samples`: variant, cell, family, model, python, python_version, python_build, placement,
   rtt_ms, task, start_s, latency_s, ok, error.
@@ -289,7 +289,8 @@ class Departures(Experiment):
                 "venv_mode": venv.mode, "server_cpus": _cpus(rec["server_cpus"]),
                 "client_cpus": _cpus(rec["client_cpus"]), "via_proxy": via_proxy, "position": pos,
                 "model_position": k, "wall_s": w["wall_s"], "cpu_s": w["cpu_s"],
-                "cpu_user_s": w["cpu_user_s"], "cpu_system_s": w["cpu_system_s"], "ops": int(w["ops"]),
+                "cpu_user_s": w["cpu_user_s"], "cpu_system_s": w["cpu_system_s"],
+                "cpu_wait_s": float(w.get("cpu_wait_s", float("nan"))), "ops": int(w["ops"]),
                 "errors": int(w.get("errors", 0)), "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
                 "duration_s": p.duration_s, "workers": int(w["workers"]), "pool_size": int(w["pool_size"])}])
             s = pd.DataFrame(result["samples"][model])

@@ -21,6 +21,7 @@ Tables (one repeat):
   ok, mode, clients, slow_ms, regime: every transaction of the log that started and finished
   inside the window.
 - `windows`: variant, wall_s, cpu_s (pgbench's CPU over the window), cpu_user_s, cpu_system_s,
+  cpu_wait_s (pgbench's threads' run-queue wait),
   ops (transactions in the window), server_cpu_s, machine_busy_s (busy CPU of every process on
   the machine, all cores), server_cpu_source, mode, clients, jobs,
   slow_ms, regime, pool (= clients), pool_note, duration_s, warmup_s, rows, tool.
@@ -52,7 +53,7 @@ import psutil
 
 from .. import datasets, processes, servers
 from ..errors import HarnessError
-from ..measure import ServerCPU, error_text, find_postmaster, machine_busy_s
+from ..measure import ServerCPU, error_text, find_postmaster, machine_busy_s, thread_waits, waited_s
 from ..pg_workload import fmt_ms, pgbench_script, regime_name
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 
@@ -267,13 +268,14 @@ class PgCeiling(Experiment):
             if exited.wait(p.warmup_s):
                 out["error"] = "pgbench exited during the warm-up"
                 return
-            s0, m0, c0 = server.read(), machine_busy_s(), bench.cpu_times()
+            s0, m0, q0, c0 = server.read(), machine_busy_s(), thread_waits(pgbench_pid), bench.cpu_times()
             t0, w0 = time.time(), time.perf_counter()
             time.sleep(p.duration_s)
             c1, t1, w1 = bench.cpu_times(), time.time(), time.perf_counter()
-            s1, m1 = server.read(), machine_busy_s()
+            q1, s1, m1 = thread_waits(pgbench_pid), server.read(), machine_busy_s()
             out.update(wall_s=w1 - w0, cpu_s=(c1.user + c1.system) - (c0.user + c0.system),
                        cpu_user_s=c1.user - c0.user, cpu_system_s=c1.system - c0.system,
+                       cpu_wait_s=waited_s(q0, q1),
                        server_cpu_s=s1 - s0, machine_busy_s=m1 - m0, open_epoch=t0, close_epoch=t1)
         except psutil.Error as e:
             out["error"] = error_text(e)

@@ -12,7 +12,8 @@ Tables (one repeat):
   ok, wait_s (waiting for a pooled connection), hold_s (connection held by the request), error,
   model, regime, slow_ms, pool. Only requests that started and finished inside the window.
 - `windows`: variant, wall_s, cpu_s (the child's process CPU over the window, all threads),
-  cpu_user_s, cpu_system_s, ops (successful requests in the window), errors, ops_all (requests
+  cpu_user_s, cpu_system_s, cpu_wait_s (the child's threads runnable but waiting for a core: the CPU
+  it wanted and did not get), ops (successful requests in the window), errors, ops_all (requests
   completed over the whole child run, warm-up and drain included), server_cpu_s (CPU of the
   PostgreSQL postmaster and its descendants over the same window; NaN when the server is not a
   process on this machine, see `server_cpu_source`), machine_busy_s (busy CPU time of every

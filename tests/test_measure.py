@@ -1,0 +1,53 @@
+"""harness.measure's run-queue wait: the CPU a process wanted and did not get (Linux schedstat)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.measure import Window, thread_waits, waited_s
+
+pytestmark = pytest.mark.skipif(not thread_waits(), reason="this kernel exposes no /proc/<pid>/task/*/schedstat")
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_window_counts_the_time_its_thread_waited_for_a_shared_core():
+    core = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})   # this thread and the spinner now share one core
+    try:
+        time.sleep(0.2)
+        with Window("contended") as contended:
+            _spin(0.6)
+    finally:
+        os.sched_setaffinity(0, before)
+        spinner.kill()
+        spinner.wait()
+    # two CPU-bound threads on one core: each runs about half the time and waits the other half
+    assert contended.cpu_wait_s / contended.wall_s > 0.2
+    assert contended.cpu_s / contended.wall_s < 0.8
+
+
+def test_a_sleeping_thread_does_not_wait_for_a_core():
+    with Window("idle") as idle:
+        time.sleep(0.3)
+    assert 0.0 <= idle.cpu_wait_s < 0.1 * idle.wall_s
+    assert idle.row()["cpu_wait_s"] == idle.cpu_wait_s
+
+
+def test_unreadable_processes_give_nan_not_zero():
+    assert thread_waits(2**22 + 12345) == {}
+    assert math.isnan(waited_s({}, thread_waits()))
+    assert math.isnan(waited_s(thread_waits(), {}))
