@@ -229,14 +229,15 @@ def _read_app_stats(path: Path, ids: dict[str, Any]) -> pd.DataFrame:
     return df
 
 
-def _cpu_between(cpu: pd.DataFrame, role: str, t0: float, t1: float) -> float:
-    """CPU seconds `role` used between epochs t0 and t1 (linear between samples)."""
+def _cpu_between(cpu: pd.DataFrame, role: str, t0: float, t1: float, column: str = "cpu_s") -> float:
+    """CPU seconds `role` used between epochs t0 and t1 (linear between samples); with
+    column="wait_s", the seconds its threads waited for a core."""
     import numpy as np
 
     r = cpu[cpu["role"] == role].sort_values("epoch_s")
-    if len(r) < 2:
+    if len(r) < 2 or column not in r:
         return float("nan")
-    x, y = r["epoch_s"].to_numpy(float), r["cpu_s"].to_numpy(float)
+    x, y = r["epoch_s"].to_numpy(float), r[column].to_numpy(float)
     return float(np.interp(t1, x, y) - np.interp(t0, x, y))
 
 
@@ -263,6 +264,8 @@ def _hold_figures(history: pd.DataFrame, samples: pd.DataFrame, cpu: pd.DataFram
         out["hold_mean_latency_s"] = float(ok["latency_s"].mean()) if len(ok) else float("nan")
     for role in ("server", "locust", "database", "proxy", "machine"):
         out[f"hold_{role}_cpu_s"] = _cpu_between(cpu, role, t0, t1) if not cpu.empty else float("nan")
+    for role in ("server", "database"):
+        out[f"hold_{role}_wait_s"] = _cpu_between(cpu, role, t0, t1, "wait_s") if not cpu.empty else float("nan")
     if not app.empty:
         a = app[(app["epoch_s"] >= t0) & (app["epoch_s"] < t1)]
         if len(a):

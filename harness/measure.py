@@ -173,10 +173,12 @@ def machine_busy_s() -> float:
 
 
 class CPUSampler:
-    """Samples, in a thread, the cumulative CPU time (user + system) of each role's process trees.
+    """Samples, in a thread, the cumulative CPU time (user + system) of each role's process trees,
+    and how long their threads have been runnable but waiting for a core (`wait_s`, as
+    `thread_waits`).
 
-    A role is a list of root pids; their descendants are found at every sample. A process that
-    exits keeps counting with the CPU it had used when last seen, so a role's total never drops.
+    A role is a list of root pids; their descendants are found at every sample. A process or thread
+    that exits keeps counting with what it had used when last seen, so a role's totals never drop.
     """
 
     def __init__(self, roles: dict[str, list[int]], interval: float):
@@ -186,6 +188,7 @@ class CPUSampler:
         self._stop = threading.Event()
         self._procs: dict[int, psutil.Process] = {}
         self._last: dict[int, float] = {}
+        self._waits: dict[tuple[int, str], int] = {}   # (pid, tid) -> ns waited, when last seen
         self._members: dict[str, set[int]] = {}
         self.t0 = time.perf_counter()
 
@@ -209,9 +212,13 @@ class CPUSampler:
                     alive += 1
                 except psutil.Error:
                     pass
+                for tid, ns in thread_waits(pid).items():
+                    self._waits[(pid, tid)] = ns
             # a role with no process here (a remote or Docker server) is not measured: NaN, never 0
             cpu = sum(self._last.get(m, 0.0) for m in members) if pids else float("nan")
-            self.rows.append({"t_s": t, "role": role, "cpu_s": cpu, "procs": alive})
+            waits = [ns for (pid, _), ns in self._waits.items() if pid in members]
+            wait = sum(waits) / 1e9 if pids and waits else float("nan")
+            self.rows.append({"t_s": t, "role": role, "cpu_s": cpu, "wait_s": wait, "procs": alive})
 
     def __enter__(self) -> CPUSampler:
         self.sample()

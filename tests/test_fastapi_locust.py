@@ -159,6 +159,8 @@ def _row(**kw):
     (_row(loop_lag_p50_ms=500.0), "event_loop"),
     (_row(app_cpu_pct=92.0), "app_cpu"),
     (_row(app_cpu_pct=88.0), "unexplained"),
+    (_row(app_cpu_pct=65.0, app_cpu_wait_pct=30.0), "app_cpu"),       # never idle: it waited for a core
+    (_row(app_cpu_pct=65.0, app_cpu_wait_pct=20.0), "unexplained"),
 ])
 def test_bottleneck_rules_flip_at_their_thresholds(row, expected):
     assert analysis.bottleneck(row) == expected
@@ -175,6 +177,8 @@ def test_smoke_run_is_well_formed(smoke_run):
     assert (runs[["server_cpu_s", "locust_cpu_s", "hold_machine_cpu_s"]] >= 0).all().all()
     # the session's servers, reached by URI, run on this machine: found by port, their CPU measured
     assert (runs["hold_database_cpu_s"] > 0).all()
+    # the app's and the database's threads' run-queue wait over the hold: measured, never NaN
+    assert (runs[["hold_server_wait_s", "hold_database_wait_s"]] >= 0).all().all()
     assert (runs["hold_ok"] > 0).all()
 
     samples = tables["samples"]
@@ -186,6 +190,10 @@ def test_smoke_run_is_well_formed(smoke_run):
         assert (df["name"] == "Aggregated").any()
     assert {"requests_s", "p50", "p95", "user_count"} <= set(tables["locust_history"].columns)
     assert {"server", "locust", "database", "machine"} <= set(tables["cpu"]["role"])
+    # each sampler (one per phase and attempt) adds up its roles' waits: they never drop
+    sampled = tables["cpu"][tables["cpu"]["role"].isin(["server", "database"])].sort_values("t_s")
+    per_sampler = sampled.groupby(["variant", "phase", "attempt", "role"])["wait_s"]
+    assert per_sampler.apply(lambda s: s.is_monotonic_increasing).all()
     app = tables["app_stats"]
     assert set(app["variant"]) == set(SMOKE.variants)
     one = app[app["variant"] == "sync_1thread"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.measure import Window, thread_waits, waited_s
+from harness.measure import CPUSampler, Window, thread_waits, waited_s
 
 pytestmark = pytest.mark.skipif(not thread_waits(), reason="this kernel exposes no /proc/<pid>/task/*/schedstat")
 
@@ -51,3 +51,24 @@ def test_unreadable_processes_give_nan_not_zero():
     assert thread_waits(2**22 + 12345) == {}
     assert math.isnan(waited_s({}, thread_waits()))
     assert math.isnan(waited_s(thread_waits(), {}))
+
+
+def test_the_sampler_adds_up_a_role_s_waits_and_never_drops_them():
+    core = min(os.sched_getaffinity(0))
+    code = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    try:
+        with CPUSampler({"spinners": [s.pid for s in spinners], "nobody": []}, 0.1) as sampler:
+            time.sleep(0.6)
+            spinners[1].kill()   # its threads' waits must stay in the role's total
+            spinners[1].wait()
+            time.sleep(0.3)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+    waits = [r["wait_s"] for r in sampler.rows if r["role"] == "spinners"]
+    assert all(b >= a for a, b in zip(waits, waits[1:]))
+    # two spinners on one core: while both ran, each waited about half of the time
+    assert waits[-1] - waits[0] > 0.2
+    assert all(math.isnan(r["wait_s"]) for r in sampler.rows if r["role"] == "nobody")

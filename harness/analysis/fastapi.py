@@ -17,7 +17,8 @@ Definitions (fixed; stated in docs/LOAD_TESTING.md):
 - CPU figures are % of one core over the hold: `app_cpu_pct` (uvicorn), `db_cpu_pct` (FerretDB and
   its PostgreSQL postmaster with all its children: background processes count), `locust_cpu_pct`,
   `machine_cpu_pct` (every process on the machine, all cores); `db_cpu_ms_per_request` = database
-  CPU in the hold / requests completed in it.
+  CPU in the hold / requests completed in it; `app_cpu_wait_pct`, `db_cpu_wait_pct`: how long the
+  app's and the database's threads were runnable but waiting for a core (`measure.CPUSampler`).
 
 Bottleneck (`bottleneck()`; the first rule that holds):
   load_generator   Locust warned of > 90% CPU, or used >= 90% of a core per process
@@ -31,7 +32,8 @@ Bottleneck (`bottleneck()`; the first rule that holds):
   machine_cpu      the machine is >= 90% busy and something else is the largest consumer
   thread_limiter   the AnyIO limiter's busy tokens averaged >= 90% of its tokens
   event_loop       the event loop's lag (median) >= 100 ms: a blocking call holds the loop (mixed)
-  app_cpu          uvicorn used >= 90% of one core
+  app_cpu          uvicorn used >= 90% of one core, counting the time its threads were runnable
+                   but waiting for a core (`app_cpu_wait_pct`; 0 when not measured)
   unexplained      none of the above: e.g. waiting on the network with spare CPU everywhere
 """
 
@@ -104,7 +106,8 @@ def bottleneck(r: dict[str, Any] | pd.Series) -> str:
         return "thread_limiter"
     if g("loop_lag_p50_ms") >= LOOP_BLOCKED_S * 1000:
         return "event_loop"
-    if g("app_cpu_pct") >= BUSY * 100:
+    waited = 0.0 if math.isnan(g("app_cpu_wait_pct")) else g("app_cpu_wait_pct")
+    if g("app_cpu_pct") + waited >= BUSY * 100:
         return "app_cpu"
     return "unexplained"
 
@@ -167,7 +170,9 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
             "failure_rate": float((~s["ok"]).mean()) if len(s) else float("nan"),
             "infrastructure_failures": int(s["infrastructure"].sum()) if "infrastructure" in s else 0,
             "app_cpu_pct": _pct(r.get("hold_server_cpu_s"), wall),
+            "app_cpu_wait_pct": _pct(r.get("hold_server_wait_s"), wall),
             "db_cpu_pct": _pct(r.get("hold_database_cpu_s"), wall),
+            "db_cpu_wait_pct": _pct(r.get("hold_database_wait_s"), wall),
             "locust_cpu_pct": _pct(r.get("hold_locust_cpu_s"), wall),
             "proxy_cpu_pct": _pct(r.get("hold_proxy_cpu_s"), wall),
             "machine_cpu_pct": _pct(r.get("hold_machine_cpu_s"), wall),
@@ -304,6 +309,7 @@ def _put_rows(m: MetricRows, experiment: str, t: pd.DataFrame) -> None:
              "median_ms": ("ms", "lower"), "p95_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
              "failure_rate": ("ratio", "lower"), "db_cpu_pct": ("% of a core", ""),
              "db_cpu_ms_per_request": ("ms", "lower"), "app_cpu_pct": ("% of a core", ""),
+             "app_cpu_wait_pct": ("% of a core", ""), "db_cpu_wait_pct": ("% of a core", ""),
              "locust_cpu_pct": ("% of a core", ""), "machine_cpu_pct": ("% of a core", ""),
              "proxy_cpu_pct": ("% of a core", ""),
              "busy_tokens_frac": ("ratio", ""), "loop_lag_p50_ms": ("ms", "lower"),
