@@ -188,7 +188,7 @@ class CPUSampler:
         self._stop = threading.Event()
         self._procs: dict[int, psutil.Process] = {}
         self._last: dict[int, float] = {}
-        self._waits: dict[tuple[int, str], int] = {}   # (pid, tid) -> ns waited, when last seen
+        self._waits: dict[int, dict[str, int]] = {}   # pid -> {tid: ns waited}, as last seen
         self._members: dict[str, set[int]] = {}
         self.t0 = time.perf_counter()
 
@@ -212,11 +212,10 @@ class CPUSampler:
                     alive += 1
                 except psutil.Error:
                     pass
-                for tid, ns in thread_waits(pid).items():
-                    self._waits[(pid, tid)] = ns
+                self._waits.setdefault(pid, {}).update(thread_waits(pid))  # exited threads keep theirs
             # a role with no process here (a remote or Docker server) is not measured: NaN, never 0
             cpu = sum(self._last.get(m, 0.0) for m in members) if pids else float("nan")
-            waits = [ns for (pid, _), ns in self._waits.items() if pid in members]
+            waits = [ns for m in members for ns in self._waits.get(m, {}).values()]
             wait = sum(waits) / 1e9 if pids and waits else float("nan")
             self.rows.append({"t_s": t, "role": role, "cpu_s": cpu, "wait_s": wait, "procs": alive})
 

@@ -39,6 +39,16 @@ def machine_limit(machine_pct: float, cores: float, users: dict[str, float]) -> 
     everyone = {**users, "other": machine_pct - known}
     largest = max(everyone, key=lambda k: -1.0 if math.isnan(everyone[k]) else everyone[k])
     return "database_cpu" if largest == "database" else "machine_cpu"
+
+
+def demand_pct(cpu_pct: float, wait_pct: float) -> float:
+    """The CPU a process wanted (% of a core): what it ran plus how long its threads were runnable
+    but waiting for a core (`measure.thread_waits`). Every family's client/app CPU rule compares
+    this with the process's capacity; a wait not measured (NaN: older runs, no schedstat) counts 0,
+    so such a rule reads CPU alone, as before the wait was measured."""
+    return cpu_pct + (0.0 if math.isnan(wait_pct) else wait_pct)
+
+
 BETTER = ("higher", "lower", "")
 
 

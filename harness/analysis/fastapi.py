@@ -47,7 +47,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import BUSY, MetricRows, machine_limit
+from . import BUSY, MetricRows, demand_pct, machine_limit
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
@@ -106,8 +106,7 @@ def bottleneck(r: dict[str, Any] | pd.Series) -> str:
         return "thread_limiter"
     if g("loop_lag_p50_ms") >= LOOP_BLOCKED_S * 1000:
         return "event_loop"
-    waited = 0.0 if math.isnan(g("app_cpu_wait_pct")) else g("app_cpu_wait_pct")
-    if g("app_cpu_pct") + waited >= BUSY * 100:
+    if demand_pct(g("app_cpu_pct"), g("app_cpu_wait_pct")) >= BUSY * 100:
         return "app_cpu"
     return "unexplained"
 

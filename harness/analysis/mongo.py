@@ -79,7 +79,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import BUSY, MetricRows, machine_limit, metric_name
+from . import BUSY, MetricRows, demand_pct, machine_limit, metric_name
 
 SEED_SETUP = ("asyncio", "pymongo")
 
@@ -195,7 +195,7 @@ def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: 
     unexplained   none of these (the pool or FerretDB's own PostgreSQL pool, which are not measured
                   as a utilisation here)."""
     client_cap = 100.0 * (cores if mode == "threads" else 1)
-    if client_pct + (0.0 if math.isnan(wait_pct) else wait_pct) >= BUSY * client_cap:
+    if demand_pct(client_pct, wait_pct) >= BUSY * client_cap:
         return "client_cpu"
     return machine_limit(machine_pct, cores, {"database": db_pct, "client": client_pct}) or "unexplained"
 

@@ -70,7 +70,7 @@ import pandas as pd
 from .. import stats
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
-from . import MetricRows
+from . import MetricRows, demand_pct
 
 POOL_BOUND_FRACTION = 0.9     # pool-bound when throughput reaches 90% of pool / db_time
 CPU_SATURATED_FRACTION = 0.9  # a CPU is "near 100%" at 90% of its capacity
@@ -110,8 +110,7 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if frac >= POOL_BOUND_FRACTION:
         return "pool", f"{frac:.0%} of the pool bound"
     client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
-    waited = 0.0 if math.isnan(wait_pct) else wait_pct
-    if cpu_pct + waited >= CPU_SATURATED_FRACTION * client_cap:
+    if demand_pct(cpu_pct, wait_pct) >= CPU_SATURATED_FRACTION * client_cap:
         if math.isnan(wait_pct):
             return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
         return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for a core, "
