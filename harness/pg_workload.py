@@ -29,6 +29,13 @@ SPEC RESULT` (started by `pg_models` through `harness.processes.run_child`). The
    returned raw; the analysis takes their median as the per-request database time of the pool
    bound);
 5. writes the window row and every request that started and finished inside the window to OUT.
+   The window row also carries `pool_held_s`: the connection-seconds inside the window during
+   which a client held a pooled connection, from the pool's hand-over to the end of the request
+   (so the release's own round trip, psycopg's COMMIT or asyncpg's reset, counts as held) or the
+   same connection's next hand-over, summed over every request the child logged (the warm-up's
+   and the drain's too), each clipped to the window (`held_in_window`). Divided by pool x wall
+   it is the share of the pool's connection time in use; the rest is connections idle, or handed
+   over but not yet picked up by a waiting client.
 
 A monitor thread, not the event loop, opens and closes the window, so a saturated loop cannot
 stretch it; the window's bounds are the times actually taken. Server CPU over the same window is
@@ -90,10 +97,12 @@ def fmt_ms(slow_ms: float) -> str:
 
 
 # ------------------------------------------------------------------------------------ the request
-# Each returns (t_acquired, t_released): perf_counter() when the pool handed over a connection and
-# when the last query returned, so wait = t_acquired - start and hold = t_released - t_acquired.
+# Each returns (t_acquired, t_released, connection): perf_counter() when the pool handed over a
+# connection and when the last query returned, so wait = t_acquired - start and hold = t_released -
+# t_acquired, and which connection it was (psycopg's pool hands out its own Connection objects, so
+# their id; asyncpg hands out a new proxy each time, so the backend's pid), for `held_in_window`.
 
-def request_sync(pool, i: int, slow_s: float) -> tuple[float, float]:
+def request_sync(pool, i: int, slow_s: float) -> tuple[float, float, Any]:
     with pool.connection() as c:
         t_acq = time.perf_counter()
         c.execute(Q_LOOKUP, (i,)).fetchone()
@@ -102,10 +111,10 @@ def request_sync(pool, i: int, slow_s: float) -> tuple[float, float]:
             c.execute(Q_SLEEP, (slow_s,))
         c.execute(Q_LOOKUP, (i + 1,)).fetchone()
         t_rel = time.perf_counter()
-    return t_acq, t_rel
+    return t_acq, t_rel, id(c)
 
 
-async def request_psycopg_async(pool, i: int, slow_s: float) -> tuple[float, float]:
+async def request_psycopg_async(pool, i: int, slow_s: float) -> tuple[float, float, Any]:
     async with pool.connection() as c:
         t_acq = time.perf_counter()
         await (await c.execute(Q_LOOKUP, (i,))).fetchone()
@@ -114,10 +123,10 @@ async def request_psycopg_async(pool, i: int, slow_s: float) -> tuple[float, flo
             await c.execute(Q_SLEEP, (slow_s,))
         await (await c.execute(Q_LOOKUP, (i + 1,))).fetchone()
         t_rel = time.perf_counter()
-    return t_acq, t_rel
+    return t_acq, t_rel, id(c)
 
 
-async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float]:
+async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float, Any]:
     async with pool.acquire() as c:
         t_acq = time.perf_counter()
         await c.fetchrow(A_LOOKUP, i)
@@ -126,7 +135,8 @@ async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float]:
             await c.execute(A_SLEEP, slow_s)
         await c.fetchrow(A_LOOKUP, i + 1)
         t_rel = time.perf_counter()
-    return t_acq, t_rel
+        conn = c.get_server_pid()
+    return t_acq, t_rel, conn
 
 
 # ------------------------------------------------------------------------------------ one variant
@@ -191,14 +201,15 @@ def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -
         i = rng.randint(1, hi)
         t0 = time.perf_counter()
         try:
-            t_acq, t_rel = request_sync(pool, i, slow_s)
+            t_acq, t_rel, conn = request_sync(pool, i, slow_s)
             err = ""
             consecutive = 0
         except Exception as e:  # recorded as a failed request; the client goes on
             t_acq = t_rel = math.nan
+            conn = None
             err = error_text(e, 200)
             consecutive += 1
-        log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
+        log.append((task, t0, time.perf_counter(), t_acq, t_rel, conn, err))
         if consecutive >= CONSECUTIVE_ERRORS_MAX:
             return
 
@@ -211,14 +222,15 @@ async def _client_async(spec: VariantSpec, task: int, request: Callable, pool, s
         i = rng.randint(1, hi)
         t0 = time.perf_counter()
         try:
-            t_acq, t_rel = await request(pool, i, slow_s)
+            t_acq, t_rel, conn = await request(pool, i, slow_s)
             err = ""
             consecutive = 0
         except Exception as e:
             t_acq = t_rel = math.nan
+            conn = None
             err = error_text(e, 200)
             consecutive += 1
-        log.append((task, t0, time.perf_counter(), t_acq, t_rel, err))
+        log.append((task, t0, time.perf_counter(), t_acq, t_rel, conn, err))
         if consecutive >= CONSECUTIVE_ERRORS_MAX:
             return
 
@@ -335,13 +347,34 @@ def run_variant(spec: VariantSpec) -> dict[str, Any]:
     return _package(spec, window, log, calib, server, loop, driver)
 
 
+def held_in_window(log: list, open_at: float, close_at: float) -> float:
+    """Connection-seconds held inside [open_at, close_at]. A successful request holds its connection
+    from the pool's hand-over (t_acq) to its end (t1, after the release), or to the next hand-over
+    of the same connection if that came first: an asyncpg release finishes in a task of its own,
+    so the next client can already hold the connection when the releasing one resumes and reads
+    its clock. Each span is clipped to the window. A failed request's hand-over is unknown (NaN) and
+    not counted."""
+    spans: dict[Any, list[tuple[float, float]]] = {}
+    for _task, _t0, t1, t_acq, _t_rel, conn, err in log:
+        if not err:
+            spans.setdefault(conn, []).append((t_acq, t1))
+    held = 0.0
+    for held_spans in spans.values():
+        held_spans.sort()
+        for k, (start, end) in enumerate(held_spans):
+            if k + 1 < len(held_spans):
+                end = min(end, held_spans[k + 1][0])
+            held += max(0.0, min(end, close_at) - max(start, open_at))
+    return held
+
+
 def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
     from importlib.metadata import version
 
     open_at, close_at = window.pop("open_at"), window.pop("close_at")
     cols = {k: [] for k in ("task", "start_s", "latency_s", "ok", "wait_s", "hold_s", "error")}
     ops_all = errors = 0
-    for task, t0, t1, t_acq, t_rel, err in log:
+    for task, t0, t1, t_acq, t_rel, _conn, err in log:
         ops_all += 1
         if t0 < open_at or t1 > close_at:
             continue  # warm-up, or still in flight when the window closed
@@ -356,6 +389,7 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
     driver_pkg = "asyncpg" if driver == "asyncpg" else "psycopg"
     window.update(
         ops=len(cols["task"]) - errors, errors=errors, ops_all=ops_all,
+        pool_held_s=held_in_window(log, open_at, close_at),
         model=spec.model, regime=regime_name(spec.slow_ms), slow_ms=spec.slow_ms, pool=spec.pool,
         clients=spec.clients, duration_s=spec.duration_s, warmup_s=spec.warmup_s, rows=spec.rows,
         loop=loop, driver=f"{driver_pkg} {version(driver_pkg)}",

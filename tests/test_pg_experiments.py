@@ -83,6 +83,8 @@ def test_pg_models_shape_and_sanity(models_run):
         assert row["ops"] == len(mine) and row["ops_all"] >= row["ops"]
         assert row["cpu_s"] > 0 and abs(row["wall_s"] - p.duration_s) < 0.25
         assert row["cpu_wait_s"] >= 0   # measured (not NaN): the client's run-queue wait
+        # connection-seconds held in the window: measured, and at most the pool's connection time
+        assert 0 < row["pool_held_s"] <= row["pool"] * row["wall_s"] * (1 + 1e-9)
         assert row["server_cpu_s"] >= 0 and row["server_cpu_source"] == "postmaster+descendants"
         assert row["machine_busy_s"] >= row["cpu_s"] * 0.5
         assert row["regime"] == regime_name(row["slow_ms"])
@@ -104,6 +106,11 @@ def test_pg_models_analysis(models_run, tmp_path):
         assert r["cpu_us_per_req"] > 0 and r["pool_bound_rps"] > 0
         assert 0 < r["jain"] <= 1 and r["ops_per_client_min"] >= 1
         assert r["limit"] in ("pool", "client CPU", "machine CPU", "not identified")
+        assert math.isclose(r["pool_busy_frac"], win["pool_held_s"] / (win["pool"] * win["wall_s"]))
+        mine = models_run[2]["samples"].query("variant == @r.variant")
+        # held = hand-over to release: at least the queries' own span (hold_s), at most the latency
+        assert mine["hold_s"].mean() * 1000 <= r["held_ms"] <= mine["latency_s"].mean() * 1000
+        assert math.isclose(r["held_over_db_time"], r["held_ms"] / r["db_time_ms"])
     frame = postgres.metrics(run)  # contract C1: one row per figure and repeat
     assert list(frame.columns) == list(METRIC_COLUMNS) and (frame["repeat"] == 0).all()
     assert frame["value"].notna().all() and set(frame["better"]) <= {"higher", "lower", ""}
@@ -114,7 +121,7 @@ def test_pg_models_analysis(models_run, tmp_path):
             for pool in p.pools:
                 base = f"pg_models.{regime_name(slow)}.pool{pool}.{model}"
                 for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "cpu_wait_pct",
-                          "littles_law_ms"):
+                          "littles_law_ms", "held_ms", "held_over_db_time", "pool_busy_frac"):
                     assert f"{base}.{q}" in m
     assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
     assert f"pg_models.fast.pool{p.pools[0]}.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" in m
@@ -169,6 +176,40 @@ def test_limiting_resource_rule():
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 97, 10, 120, 2)[0] == "not identified"
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 120, 70, 195, 2)[0] == "machine CPU"
     assert postgres.limiting_resource("threads_psycopg", 50, 100, 190, 0, math.nan, 2)[0] == "client CPU"
+
+
+@pytest.mark.parametrize("busy,cpu,machine,expected", [
+    (0.96, 60.0, 150.0, "pool"),             # every connection taken, under the seed's bound
+    (0.85, 60.0, 150.0, "not identified"),   # connections idle 15% of the window
+    (0.96, 97.0, 150.0, "client CPU"),       # the client's own limit comes first
+    (0.96, 60.0, 195.0, "machine CPU"),      # so does a machine with no core to spare
+])
+def test_limiting_resource_names_the_pool_when_its_connections_were_in_use(busy, cpu, machine, expected):
+    limit, reason = postgres.limiting_resource("asyncio_psycopg", 80, 100, cpu, 50, machine, 2, 0.0,
+                                               busy, 1.12)
+    assert limit == expected
+    if expected == "pool":
+        assert "connections in use 96%" in reason and "1.12x" in reason
+    # unmeasured (runs from before the child recorded it): the rule is the seed's alone
+    unmeasured = postgres.limiting_resource("asyncio_psycopg", 80, 100, cpu, 50, machine, 2, 0.0)[0]
+    assert unmeasured == ("not identified" if expected == "pool" else expected)
+
+
+def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():
+    from harness.pg_workload import held_in_window
+    log = [  # (task, t0, t1, t_acq, t_rel, connection, err)
+        (0, 9.0, 10.5, 9.5, 10.4, "a", ""),              # handed over before the window: 0.5 s inside
+        (1, 10.0, 11.0, 10.2, 10.9, "b", ""),            # wholly inside: 0.8 s
+        (2, 11.5, 12.5, 11.6, 12.4, "a", ""),            # released after the window: 0.4 s inside
+        (3, 8.0, 9.0, 8.1, 8.9, "a", ""),                # warm-up only: nothing
+        (4, 10.0, 10.5, math.nan, math.nan, None, "x"),  # failed: hand-over unknown, not counted
+        # connection b again, handed over at 11.0 while request 1's client had not yet read its
+        # clock (asyncpg's release ends in a task of its own): request 1 ends at 11.0, not 11.3
+        (5, 10.9, 11.5, 11.0, 11.4, "b", ""),
+    ]
+    log[1] = (1, 10.0, 11.3, 10.2, 10.9, "b", "")
+    assert held_in_window(log, 10.0, 12.0) == pytest.approx(0.5 + 0.8 + 0.4 + 0.5)
+    assert held_in_window([], 10.0, 12.0) == 0.0
 
 
 @pytest.mark.parametrize("model,cpu,wait,expected", [

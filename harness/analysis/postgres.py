@@ -22,6 +22,16 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   client, one request at a time, nothing queues): the seed's "per-request database time".
 - pool_bound_rps = pool / db_time: the throughput a pool of that size can carry (seed: "each
   connection can serve about 1/db_time requests per second"); pool_bound_frac = rps / pool_bound_rps.
+- held_ms: the mean time a successful request held its connection under load, from the pool's
+  hand-over to the release (latency - wait); held_over_db_time = held_ms / db_time_ms: how much
+  longer than alone a request kept its connection (a busy client answers its results late).
+- pool_busy_frac: the share of the pool's connection time in use over the window, pool_held_s /
+  (pool x wall), from every request the child logged, each clipped to the window (NaN for runs
+  recorded before the child measured it; `pg_workload.held_in_window`). What "in use" includes
+  differs by driver: a psycopg connection is idle from its return to the pool until the next
+  waiting client picks it up; an asyncpg release finishes in a task of its own, so the next
+  client already holds the connection when the releasing one reads its clock, and the hand-over
+  counts as in use. With clients always waiting, asyncpg's figure is therefore 1.0.
 - littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
   with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent).
 - ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
@@ -73,6 +83,7 @@ from ..store import Run
 from . import MetricRows, demand_pct
 
 POOL_BOUND_FRACTION = 0.9     # pool-bound when throughput reaches 90% of pool / db_time
+POOL_BUSY_FRACTION = 0.9      # ... or when the connections were in use 90% of the window
 CPU_SATURATED_FRACTION = 0.9  # a CPU is "near 100%" at 90% of its capacity
 ASYNCIO_DEFAULT_LOOP = ("asyncio_psycopg", "asyncio_asyncpg")
 MODEL_LABELS = {
@@ -93,10 +104,11 @@ def cores(run: Run) -> int:
 
 def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
                       server_cpu_pct: float, machine_cpu_pct: float, n_cores: int,
-                      wait_pct: float = math.nan) -> tuple[str, str]:
-    """The seed's decision rule, in this order: (limit, reason).
+                      wait_pct: float = math.nan, pool_busy_frac: float = math.nan,
+                      held_over_db_time: float = math.nan) -> tuple[str, str]:
+    """The seed's decision rule, then one measured step of ours, in this order: (limit, reason).
 
-    pool        throughput >= 90% of pool / db_time
+    pool        throughput >= 90% of pool / db_time (the seed's rule)
     client CPU  an asyncio model's loop thread near 100% of a core, or the threads model near
                 cores x 100% (a GIL build's threads can use more than one core while libpq waits),
                 counting as busy the time its threads were runnable but waiting for a core
@@ -104,6 +116,10 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 the window was never idle, it only shared its core with the server
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
+    pool        the connections were in use >= 90% of the window (`pool_busy_frac`, measured; NaN
+                skips this step): every connection was taken, so more would carry more, even
+                though each request held its connection longer than db_time
+                (`held_over_db_time`) and throughput stays under the seed's bound
     otherwise   "not identified", with the figures that ruled the others out
     """
     frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
@@ -119,8 +135,13 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if not math.isnan(busy) and busy >= CPU_SATURATED_FRACTION * 100.0 * n_cores:
         return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
                                f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
+    if pool_busy_frac >= POOL_BUSY_FRACTION:
+        return "pool", (f"connections in use {pool_busy_frac:.0%} of the window, each held "
+                        f"{held_over_db_time:.2f}x as long per request as by one client alone "
+                        f"({frac:.0%} of the pool bound)")
     server = "unknown" if math.isnan(server_cpu_pct) else f"{server_cpu_pct:.0f}%"
-    return "not identified", (f"{frac:.0%} of pool bound, client {cpu_pct:.0f}%, server {server}, "
+    busy_pool = "" if math.isnan(pool_busy_frac) else f", connections in use {pool_busy_frac:.0%}"
+    return "not identified", (f"{frac:.0%} of pool bound{busy_pool}, client {cpu_pct:.0f}%, server {server}, "
                               f"machine {busy:.0f}% of {100 * n_cores}%")
 
 
@@ -157,8 +178,11 @@ def models_table(run: Run) -> pd.DataFrame:
         fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
         littles = w["clients"] / rps * 1000.0 if rps else math.nan
         lat = _latency_fields(ok["latency_s"].to_numpy())
+        held_ms = 1000.0 * float((ok["latency_s"] - ok["wait_s"]).mean()) if len(ok) else math.nan
+        held_over_db = held_ms / (db_time * 1000.0) if db_time > 0 else math.nan
+        pool_busy = w.get("pool_held_s", math.nan) / (w["pool"] * w["wall_s"])
         limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
-                                          machine_pct, n_cores, wait_pct)
+                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db)
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
             "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
@@ -171,6 +195,7 @@ def models_table(run: Run) -> pd.DataFrame:
             "machine_cpu_pct": machine_pct, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
             "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
             "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
+            "held_ms": held_ms, "held_over_db_time": held_over_db, "pool_busy_frac": pool_busy,
             "littles_law_ms": littles,
             "littles_law_ratio": lat["mean_ms"] / littles if littles else math.nan,
             "ops_per_client_min": fair["ops_per_task_min"], "ops_per_client_max": fair["ops_per_task_max"],
@@ -261,8 +286,8 @@ def config_label(regime: str, slow_ms: float, pool: int) -> str:
 def seed_table(run: Run) -> pd.DataFrame:
     """The seed's grid: one row per configuration x quantity, one column per model (mean over
     repeats). Quantities: req/s, p50 ms, p99 ms, p99/p50, client CPU %, client waiting for a core %,
-    client CPU us/req,
-    server CPU %, pool bound req/s, Little's law ms, Jain index, limit."""
+    client CPU us/req, server CPU %, pool bound req/s, connection held / database time alone,
+    connections in use, Little's law ms, Jain index, limit."""
     t = _mean_over_repeats(models_table(run), ["variant"])
     if t.empty:
         return pd.DataFrame()
@@ -271,7 +296,10 @@ def seed_table(run: Run) -> pd.DataFrame:
                   ("cpu_wait_pct", "client waiting for a core %"),
                   ("cpu_us_per_req", "client CPU us/req"), ("server_cpu_pct", "server CPU %"),
                   ("machine_cpu_pct", "machine CPU %"),
-                  ("pool_bound_rps", "pool bound req/s"), ("littles_law_ms", "Little's law ms"),
+                  ("pool_bound_rps", "pool bound req/s"),
+                  ("held_over_db_time", "connection held / database time alone"),
+                  ("pool_busy_frac", "connections in use (share of the window)"),
+                  ("littles_law_ms", "Little's law ms"),
                   ("jain", "Jain index"), ("limit", "limit")]
     out = []
     for (regime, slow_ms, pool), g in t.groupby(["regime", "slow_ms", "pool"], sort=False):
@@ -282,7 +310,7 @@ def seed_table(run: Run) -> pd.DataFrame:
                 if m in by_model.index:
                     v = by_model.at[m, col]
                     row[MODEL_LABELS[m]] = v if isinstance(v, str) else round(float(v), 3 if col in (
-                        "p99_p50_ratio", "jain") else 1)
+                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac") else 1)
             out.append(row)
     return pd.DataFrame(out).set_index(["configuration", "quantity"])
 
@@ -295,6 +323,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "machine_cpu_pct": ("% of a core", ""), "other_cpu_pct": ("% of a core", ""),
           "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
           "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
+          "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
           "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
           "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
           "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
@@ -303,7 +332,8 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "tps": ("transactions/s", "higher")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
-                    "db_time_ms", "pool_bound_rps", "pool_bound_frac", "littles_law_ms", "littles_law_ratio",
+                    "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
+                    "pool_busy_frac", "littles_law_ms", "littles_law_ratio",
                     "ops_per_client_min", "ops_per_client_max", "jain", "errors")
 
 

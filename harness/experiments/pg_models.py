@@ -14,7 +14,8 @@ Tables (one repeat):
 - `windows`: variant, wall_s, cpu_s (the child's process CPU over the window, all threads),
   cpu_user_s, cpu_system_s, cpu_wait_s (the child's threads runnable but waiting for a core: the CPU
   it wanted and did not get), ops (successful requests in the window), errors, ops_all (requests
-  completed over the whole child run, warm-up and drain included), server_cpu_s (CPU of the
+  completed over the whole child run, warm-up and drain included), pool_held_s (connection-seconds
+  the clients held pooled connections inside the window, `pg_workload.held_in_window`), server_cpu_s (CPU of the
   PostgreSQL postmaster and its descendants over the same window; NaN when the server is not a
   process on this machine, see `server_cpu_source`), machine_busy_s (busy CPU time of every
   process on the machine, all cores: shows other load on a shared machine),
@@ -110,8 +111,9 @@ class PgModels(Experiment):
         "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
                     "wait_s": "float", "hold_s": "float", "error": "str", **_keys},
         # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
-        "windows": window_columns(errors="int", ops_all="int", server_cpu_s="float", machine_busy_s="float",
-                                  clients="int", duration_s="float", **_keys, **{OTHER_COLUMNS: "any"}),
+        "windows": window_columns(errors="int", ops_all="int", pool_held_s="float", server_cpu_s="float",
+                                  machine_busy_s="float", clients="int", duration_s="float", **_keys,
+                                  **{OTHER_COLUMNS: "any"}),
         "calibration": {"variant": "str", "latency_s": "float", **_keys},
         "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
                      "returncode": "int", "log_tail": "str"},
