@@ -40,7 +40,7 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import REPO_ROOT
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness import config, mongo_workload, registry, servers, store, study
@@ -723,6 +723,7 @@ def test_set_parser_never_crashes_and_names_the_input(values):
 
 
 @settings(max_examples=200, deadline=None)
+@example(name="documents", value="9007199254740993")  # 2**53 + 1: found by a CI run, kept
 @given(st.sampled_from(sorted(n for n, f in POOL_FIELDS.items() if f.type in ("int", "float", "bool"))),
        st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False, width=32),
                  st.booleans(), text))
@@ -737,7 +738,8 @@ def test_set_parser_scalar_values_are_typed_or_refused_by_name(name, value):
     kind = POOL_FIELDS[name].type
     assert type(got).__name__ == kind, (name, raw, got)
     if kind in ("int", "float"):
-        assert got == float(raw.replace("_", ""))
+        # compared as floats: an int past 2**53 is parsed exactly, and float(raw) rounds it
+        assert float(got) == float(raw.replace("_", ""))
 
 
 @settings(max_examples=20, deadline=None)
