@@ -80,11 +80,8 @@ import pandas as pd
 from .. import stats
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
-from . import MetricRows, demand_pct
+from . import BUSY, MetricRows, demand_pct
 
-POOL_BOUND_FRACTION = 0.9     # pool-bound when throughput reaches 90% of pool / db_time
-POOL_BUSY_FRACTION = 0.9      # ... or when the connections were in use 90% of the window
-CPU_SATURATED_FRACTION = 0.9  # a CPU is "near 100%" at 90% of its capacity
 ASYNCIO_DEFAULT_LOOP = ("asyncio_psycopg", "asyncio_asyncpg")
 MODEL_LABELS = {
     "threads_psycopg": "threads + psycopg",
@@ -123,19 +120,19 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     otherwise   "not identified", with the figures that ruled the others out
     """
     frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
-    if frac >= POOL_BOUND_FRACTION:
+    if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
         return "pool", f"{frac:.0%} of the pool bound"
     client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
-    if demand_pct(cpu_pct, wait_pct) >= CPU_SATURATED_FRACTION * client_cap:
+    if demand_pct(cpu_pct, wait_pct) >= BUSY * client_cap:
         if math.isnan(wait_pct):
             return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
         return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for a core, "
                               f"of {client_cap:.0f}% available")
     busy = machine_cpu_pct if not math.isnan(machine_cpu_pct) else cpu_pct + server_cpu_pct
-    if not math.isnan(busy) and busy >= CPU_SATURATED_FRACTION * 100.0 * n_cores:
+    if not math.isnan(busy) and busy >= BUSY * 100.0 * n_cores:
         return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
                                f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
-    if pool_busy_frac >= POOL_BUSY_FRACTION:
+    if pool_busy_frac >= BUSY:
         return "pool", (f"connections in use {pool_busy_frac:.0%} of the window, each held "
                         f"{held_over_db_time:.2f}x as long per request as by one client alone "
                         f"({frac:.0%} of the pool bound)")
@@ -414,5 +411,4 @@ def model_label(model: str) -> str:
 
 
 __all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
-           "limiting_resource", "cores", "config_label", "named", "model_label", "MODEL_LABELS",
-           "POOL_BOUND_FRACTION", "CPU_SATURATED_FRACTION"]
+           "limiting_resource", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]
