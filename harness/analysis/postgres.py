@@ -24,7 +24,8 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   connection can serve about 1/db_time requests per second"); pool_bound_frac = rps / pool_bound_rps.
 - held_ms: the mean time a successful request held its connection under load, from the pool's
   hand-over to the release (latency - wait); held_over_db_time = held_ms / db_time_ms: how much
-  longer than alone a request kept its connection (a busy client answers its results late).
+  longer than alone a request kept its connection (a client that answers late, a server running
+  many queries at once, or both: the figure does not tell them apart).
 - pool_busy_frac: the share of the pool's connection time in use over the window, pool_held_s /
   (pool x wall), from every request the child logged, each clipped to the window (NaN for runs
   recorded before the child measured it; `pg_workload.held_in_window`). What "in use" includes
