@@ -1,22 +1,55 @@
 """Claims: every row of the seeds' ledger (`harness.ledger`, `claims_ledger.csv`) judged against a
 run's repeats.
 
-Bands and margins were written into the ledger before the reference run, and are not moved after it.
+Margins, premises and the band rule (`ledger.band`: the seed's number within a factor of 2 either
+way on a log scale, cut at the reference; a row with no seed number is `direction only` at best)
+were written into the ledger before the reference run, and are not moved after it.
 
-Verdicts, from the t-interval on the log of the per-repeat values of a / b (harness.stats; 95%,
-TOST at 5% for equivalence), decided in this order:
-    not comparable   comparison `absolute`
-    equivalent       TOST inside the margin (equivalence rows)
-    not reproduced   the interval lies wholly on the side opposite to the seed's (for equivalence
-                     rows: wholly outside the margin)
-    inconclusive     the interval includes the reference (shown: the smallest effect the run could
-                     have detected); also fewer than 2 repeats (no interval)
-    reproduced       the interval excludes the reference on the seed's side and, where a band is
-                     stated, overlaps it
-    direction only   the interval excludes the reference on the seed's side, but lies wholly
-                     outside the band
-plus `not measured in this run` when a figure is missing. Every judged row is a test at 5%, so
-about `ALPHA x judged rows` verdicts may be wrong by chance alone (`chance_wrong`).
+Which repeats count. `n_ran` is the number of repeats in which any figure a row reads was measured;
+`n_used` the number its verdict rests on; `reason` says why they differ, and why a row is
+inconclusive when that is not the interval's doing:
+- a repeat that lacks one of the row's figures is left out, and counted;
+- a zero, a negative or a division by zero is evidence, never dropped: it has no log, so a ratio
+  row with one is judged on the count of repeats on each side of the reference (the exact sign
+  test, `stats.sign_test`), in which it counts (a zero lies below any reference); an equivalence
+  row with one is `inconclusive`;
+- a row with a premise (`premise`: the bottleneck under which the seed's sentence holds) is judged
+  only on the repeats whose measured bottleneck (contract C1's `bottleneck`) matches; when those are
+  no more than half of the repeats, its verdict is `premise not met`, naming the bottleneck measured.
+
+The test of each judged row, at ALPHA = 5% one-sided on each side (the 90% two-sided interval,
+`ci_level` 0.90 for every judged row):
+- ratio rows: the t-interval on the log of the per-repeat values of a / b (harness.stats); the
+  one-sided p-value of the seed's direction (`>`: H0 a / b <= reference) and of the opposite one;
+- bounded rows (`bound`: a share capped at 1) and ratio rows with a zero: the exact sign test on
+  the count of repeats past the reference (3 of 3 repeats gives p = 0.125: never decisive); their
+  estimate is the median, with no interval on the figure (the reason gives the count and the
+  Clopper-Pearson interval of the share of repeats on the seed's side, which never has zero width);
+- equivalence rows: TOST inside the margin (the 90% interval their decision used is the one shown)
+  and the one-sided p-value that the ratio lies outside the margin.
+Verdicts, decided in this order:
+    not comparable     comparison `absolute` (shown with its 95% interval, never judged)
+    premise not met    the premise held in no more than half of the repeats
+    equivalent         TOST inside the margin (equivalence rows)
+    not reproduced     the opposite side is significant (the interval lies wholly on the side
+                       opposite to the seed's; for equivalence rows: wholly outside the margin)
+    reproduced         the seed's side is significant and, with a seed number, the interval
+                       overlaps the band (count-judged rows: the median lies in the band)
+    direction only     the seed's side is significant, but the interval lies wholly outside the
+                       band, or the row has no seed number
+    inconclusive       neither side significant (the smallest effect the run could have detected is
+                       shown); fewer than 2 repeats; an interval of zero width (every repeat equal:
+                       no verdict rests on it); an equivalence row with a zero
+plus `not measured in this run` when a figure is missing.
+
+Multiple comparisons. Each judged row runs two one-sided tests (its seed's side and the opposite
+one), so the ledger runs about a hundred tests at 5% each. `verdict_raw` is each row's own verdict;
+`verdict` applies Holm's step-down adjustment over every one-sided test of the run's judged rows
+(`p_adjusted`): a decisive verdict whose adjusted p-value is >= 5% becomes `inconclusive`. Holm
+keeps the chance of even one false decisive verdict among all rows at 5% under any dependence
+between them. Rows share windows and repeats, so their tests are correlated in ways not known to be
+positive: Benjamini-Hochberg's false-discovery control assumes positive dependence, which is not
+known to hold here, hence Holm.
 
 Removed from the earlier ledger, because they could not fail: Little's-law rows (in a closed loop,
 clients / throughput is the mean latency by construction) and the per-connection and pool-bound
@@ -28,13 +61,14 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import stats
+from . import calibration, stats
 from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
     COLUMNS,
     COMPARISONS,
@@ -46,13 +80,19 @@ from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part 
     Expression,
     ExpressionError,
     Missing,
+    Premise,
+    band,
     load,
+    normalise_bottleneck,
     parse,
+    parse_premise,
     refs,
 )
 from .store import Run
 
 ALPHA = stats.ALPHA
+JUDGED_LEVEL = 1 - 2 * ALPHA     # every judged row: one-sided ALPHA on each side, the 90% interval
+SHOWN_LEVEL = stats.CONFIDENCE   # absolute rows, shown and not judged: the 95% interval of any figure
 
 NOT_COMPARABLE = "not comparable"
 EQUIVALENT = "equivalent"
@@ -61,12 +101,14 @@ INCONCLUSIVE = "inconclusive"
 REPRODUCED = "reproduced"
 DIRECTION_ONLY = "direction only"
 NOT_MEASURED = "not measured in this run"
+PREMISE_NOT_MET = "premise not met"
 SETUP_SAME = "setup: same as the seed"
 SETUP_DIFFERS = "setup: differs from the seed"
 CONTEXT = "not a measurement"
 VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY,
-            NOT_MEASURED)
+            PREMISE_NOT_MET, NOT_MEASURED)
 JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY)
+DECISIVE = (EQUIVALENT, NOT_REPRODUCED, REPRODUCED, DIRECTION_ONLY)
 STATUSES = VERDICTS + (SETUP_SAME, SETUP_DIFFERS, CONTEXT)
 
 # -- per-repeat figures of a run --------------------------------------------------------------------
@@ -115,6 +157,19 @@ def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
     return out
 
 
+def bottlenecks_by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
+    """{dotted name: {repeat: bottleneck}} from a C1 frame, for the figures that name one."""
+    from .analysis import metric_name
+
+    out: dict[str, dict[int, str]] = {}
+    if "bottleneck" not in frame.columns:
+        return out
+    for row in frame.itertuples(index=False):
+        if isinstance(row.bottleneck, str) and row.bottleneck:
+            out.setdefault(metric_name(row.experiment, row.variant, row.metric), {})[int(row.repeat)] = row.bottleneck
+    return out
+
+
 def _param(run: Run, name: str) -> float:
     """`experiment.field`, or `experiment.field.min` / `.max` for a grid (a list parameter);
     a grid without suffix reads as its largest value."""
@@ -132,7 +187,10 @@ def _param(run: Run, name: str) -> float:
 
 
 def per_repeat(run: Run, series: Mapping[str, Mapping[int, float]], text: str) -> dict[int, float]:
-    """An expression evaluated in each repeat that has every metric it reads: {repeat: value}."""
+    """An expression evaluated in each repeat that has any metric it reads: {repeat: value}. A repeat
+    that lacks one of them, or in which the expression divides by zero or is not finite, gives NaN:
+    it is kept (and counted by `evaluate`), never dropped silently. Raises Missing when a metric is
+    not in the run at all, or no repeat has all of them."""
     if not text:
         return {}
     expr = parse(text, allow_variables=())
@@ -140,71 +198,185 @@ def per_repeat(run: Run, series: Mapping[str, Mapping[int, float]], text: str) -
     for r in metric_refs:
         if r not in series:
             raise Missing(r)
-    repeats = sorted(set.intersection(*(set(series[r]) for r in metric_refs))) if metric_refs else [0]
-    if not repeats:
-        raise Missing(f"no repeat has all of {', '.join(metric_refs)}")
+    if metric_refs:
+        have = [set(series[r]) for r in metric_refs]
+        if not set.intersection(*have):
+            raise Missing(f"no repeat has all of {', '.join(metric_refs)}")
+        repeats = sorted(set.union(*have))
+    else:
+        repeats = [0]
     out = {}
     for k in repeats:
+        if any(k not in series[r] for r in metric_refs):
+            out[k] = math.nan
+            continue
+
         def lookup(name: str, k=k) -> float:
             return _param(run, name[len("param:"):]) if name.startswith("param:") else series[name][k]
         try:
             v = float(expr.evaluate(lookup))
         except ZeroDivisionError:
-            continue
-        if math.isfinite(v):
-            out[k] = v
+            v = math.nan
+        out[k] = v if math.isfinite(v) else math.nan
     return out
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b of one repeat: 0 when a is 0, +-inf when b is 0 and a is not, NaN for 0 / 0 or a
+    missing figure. A zero and a division by zero are evidence (a zero lies below any reference)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    return a / b
 
 
 # -- verdicts ------------------------------------------------------------------------------------
 
-def judge(row: Mapping[str, Any], logs: np.ndarray) -> dict[str, Any]:
-    """The verdict of one measurement row from the per-repeat log ratios log(a_k / b_k).
+def _isnum(x: Any) -> bool:
+    return x is not None and not isinstance(x, bool) and isinstance(x, (int, float, np.floating, np.integer)) \
+        and math.isfinite(float(x))
 
-    `row` needs comparison, direction, reference, band_low, band_high, margin (floats or NaN)."""
+
+def judge(row: Mapping[str, Any], values: np.ndarray) -> dict[str, Any]:
+    """The verdict of one measurement row from the per-repeat values of a / b it uses (zeros,
+    +-inf and NaN included: see the module docstring), before any multiple-comparison adjustment.
+
+    `row` needs comparison, direction, reference, band_low, band_high, margin, bound (floats or NaN)
+    and seed_value. Returns estimate, ci_low, ci_high, ci_level, method, p_value (the one-sided
+    p-value of the verdict's side; for an inconclusive row, of the seed's side), `p_seed` and
+    `p_opposite` (both one-sided tests, for the adjustment), detectable, verdict and reason."""
     comparison = row["comparison"]
-    ref = float(row.get("reference") or 1.0)
-    if isinstance(row.get("reference"), float) and math.isnan(row["reference"]):
-        ref = 1.0
-    s = stats.log_ratio_summary(logs, reference=ref)
-    out: dict[str, Any] = {"n": s["n"], "value": s["ratio"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
-                           "p_value": s["p_value"], "detectable": s["detectable_ratio"]}
+    ref = float(row["reference"]) if _isnum(row.get("reference")) else 1.0
+    v = np.asarray(values, dtype=float)
+    n = int(v.size)
+    positive = v[np.isfinite(v) & (v > 0)]
+    no_log = n - positive.size
+    nan = math.nan
+    out: dict[str, Any] = {"estimate": nan, "ci_low": nan, "ci_high": nan, "ci_level": JUDGED_LEVEL,
+                           "method": "", "p_value": nan, "p_seed": nan, "p_opposite": nan, "detectable": nan,
+                           "verdict": INCONCLUSIVE, "reason": ""}
     if comparison == "absolute":
-        out["verdict"] = NOT_COMPARABLE
+        s = stats.log_ratio_summary(np.log(positive), reference=ref, confidence=SHOWN_LEVEL)
+        out.update(estimate=s["ratio"], ci_low=s["ci_low"], ci_high=s["ci_high"], ci_level=SHOWN_LEVEL,
+                   method="geometric mean, t-interval on log", verdict=NOT_COMPARABLE)
         return out
-    if s["n"] == 0:
+    if n == 0:
         out["verdict"] = NOT_MEASURED
         return out
-    lo, hi = s["ci_low"], s["ci_high"]
+    bounded = _isnum(row.get("bound"))
     if comparison == "equivalence":
-        t = stats.tost(logs, float(row["margin"]), reference=ref)
-        out["p_value"] = t["p_value"]
-        low_m, high_m = ref / (1 + float(row["margin"])), ref * (1 + float(row["margin"]))
-        if t["equivalent"]:
-            out["verdict"] = EQUIVALENT
-        elif s["n"] >= 2 and (hi < low_m or lo > high_m):
-            out["verdict"] = NOT_REPRODUCED
-        else:
-            out["verdict"] = INCONCLUSIVE
+        return _judge_equivalence(row, v, positive, ref, out)
+    if bounded or no_log:
+        return _judge_count(row, v, ref, out, bounded)
+    s = stats.log_ratio_summary(np.log(positive), reference=ref, confidence=JUDGED_LEVEL)
+    out.update(estimate=s["ratio"], ci_low=s["ci_low"], ci_high=s["ci_high"], detectable=s["detectable_ratio"],
+               method="geometric mean, t-interval on log")
+    if n < 2:
+        out["reason"] = "fewer than 2 repeats: no interval"
         return out
-    if s["n"] < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
-        out["verdict"] = INCONCLUSIVE
+    if s["zero_width"]:
+        out["reason"] = f"all {n} repeats gave the same value: a zero-width interval decides nothing"
         return out
-    above = row["direction"] == ">"
-    seed_side = lo > ref if above else hi < ref
-    opposite = hi < ref if above else lo > ref
-    if opposite:
-        out["verdict"] = NOT_REPRODUCED
-    elif not seed_side:
-        out["verdict"] = INCONCLUSIVE
-    else:
-        band = (row.get("band_low"), row.get("band_high"))
-        has_band = all(b is not None and not (isinstance(b, float) and math.isnan(b)) for b in band)
-        if has_band and (hi < float(band[0] or 0.0) or lo > float(band[1] or 0.0)):
+    up = row["direction"] == ">"
+    p_seed, p_opp = (s["p_greater"], s["p_less"]) if up else (s["p_less"], s["p_greater"])
+    return _decide(row, out, p_seed, p_opp, (s["ci_low"], s["ci_high"]))
+
+
+def _decide(row: Mapping[str, Any], out: dict[str, Any], p_seed: float, p_opp: float,
+            where: tuple[float, float]) -> dict[str, Any]:
+    """Ratio rows: the verdict from the two one-sided p-values, and the band held against `where`
+    (the interval, or the median twice for a count-judged row)."""
+    out.update(p_seed=p_seed, p_opposite=p_opp, p_value=p_seed)
+    if p_opp < ALPHA:
+        out.update(verdict=NOT_REPRODUCED, p_value=p_opp)
+    elif p_seed < ALPHA:
+        lo_b, hi_b = _num(row.get("band_low")), _num(row.get("band_high"))
+        if lo_b is None or hi_b is None:
+            out.update(verdict=DIRECTION_ONLY, reason=_join(out["reason"], "no seed number: direction only at best"))
+        elif where[1] < lo_b or where[0] > hi_b:
             out["verdict"] = DIRECTION_ONLY
         else:
             out["verdict"] = REPRODUCED
     return out
+
+
+def _judge_count(row: Mapping[str, Any], v: np.ndarray, ref: float, out: dict[str, Any],
+                 bounded: bool) -> dict[str, Any]:
+    n = int(v.size)
+    t = stats.sign_test(v, ref)
+    defined = v[~np.isnan(v)]
+    med = float(np.median(defined)) if defined.size else math.nan
+    up = row["direction"] == ">"
+    seed_side = t["above"] if up else t["below"]
+    share = (t["share_low"], t["share_high"]) if up else (t["below_share_low"], t["below_share_high"])
+    why = (f"a share capped at {float(row['bound']):g}" if bounded else
+           f"{int(np.sum(v == 0))} zero(s), {int(np.sum(v < 0))} negative, {int(np.sum(np.isinf(v)))} division(s) "
+           f"by zero, {int(np.sum(np.isnan(v)))} undefined (0 / 0) among the repeats: no log")
+    # no interval on the figure: the verdict rests on the count, whose own interval (the share of
+    # repeats on the seed's side, Clopper-Pearson) never has zero width
+    out.update(estimate=med, method="median; exact sign test on the count past the reference",
+               reason=f"{why}: judged on the count, {seed_side} of {n} repeats on the seed's side of {ref:g} "
+                      f"(exact sign test; that share's 90% interval [{share[0]:.2f}, {share[1]:.2f}])")
+    if n < 2:
+        out["reason"] = _join(out["reason"], "fewer than 2 repeats")
+        return out
+    p_seed, p_opp = (t["p_greater"], t["p_less"]) if up else (t["p_less"], t["p_greater"])
+    return _decide(row, out, p_seed, p_opp, (med, med))
+
+
+def _judge_equivalence(row: Mapping[str, Any], v: np.ndarray, positive: np.ndarray, ref: float,
+                       out: dict[str, Any]) -> dict[str, Any]:
+    n = int(v.size)
+    logs = np.log(positive)
+    s = stats.log_ratio_summary(logs, reference=ref, confidence=JUDGED_LEVEL)
+    out.update(estimate=s["ratio"], ci_low=s["ci_low"], ci_high=s["ci_high"], detectable=s["detectable_ratio"],
+               method="geometric mean; TOST, 90% t-interval on log")
+    if positive.size < n:
+        out["reason"] = (f"{n - positive.size} of {n} repeats gave a zero, a negative or a division by zero: "
+                         "an equivalence row with one is inconclusive")
+        return out
+    if n < 2:
+        out["reason"] = "fewer than 2 repeats: no interval"
+        return out
+    t = stats.tost(logs, float(row["margin"]), reference=ref)
+    out.update(ci_low=t["ci90_low"], ci_high=t["ci90_high"], p_seed=t["p_value"], p_opposite=t["p_outside"],
+               p_value=t["p_value"])
+    if t["zero_width"]:
+        out["reason"] = f"all {n} repeats gave the same value: a zero-width interval decides nothing"
+        return out
+    if t["equivalent"]:
+        out["verdict"] = EQUIVALENT
+    elif t["p_outside"] < ALPHA:
+        out.update(verdict=NOT_REPRODUCED, p_value=t["p_outside"])
+    return out
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _premise_repeats(premise: Premise, names: tuple[str, ...], repeats: list[int],
+                     labels: Mapping[str, Mapping[int, str]]) -> tuple[list[int], Counter]:
+    """The repeats in which the premise holds for every figure of `names` that has a bottleneck, and
+    the measured bottleneck of each repeat (its figures' labels joined by ` + `)."""
+    met, seen = [], Counter()
+    for k in repeats:
+        got = [labels[m][k] for m in names if k in labels.get(m, {})]
+        seen[" + ".join(sorted(set(got))) or "none recorded"] += 1
+        if got and all(premise.holds(g) for g in got):
+            met.append(k)
+    return met, seen
+
+
+def _measured(names: tuple[str, ...], repeats: list[int], labels: Mapping[str, Mapping[int, str]]) -> str:
+    """The bottleneck measured over `repeats` for the figures `names`, e.g. `client CPU 8/10, pool 2/10`."""
+    seen: Counter = Counter()
+    for k in repeats:
+        got = sorted({labels[m][k] for m in names if k in labels.get(m, {})})
+        if got:
+            seen[" + ".join(got)] += 1
+    return ", ".join(f"{label} {c}/{len(repeats)}" for label, c in seen.most_common())
 
 
 def _interpreter(run: Run) -> str:
@@ -239,54 +411,152 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(x) or math.isinf(x) else x
 
 
-def _median(d: Mapping[int, float]) -> float | None:
-    return float(np.median(list(d.values()))) if d else None
+def _median(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.median(finite)) if finite else None
+
+
+def _ceiling(run: Run, names: tuple[str, ...]) -> str:
+    """The run's in-run ceiling matching the experiment a row reads, as a text (for machine-dependent rows)."""
+    for name in names:
+        exp = name.split(":", 1)[-1].split(".", 1)[0]
+        value, which = calibration.ceiling_for(exp, run.manifest.get("calibration"))
+        if value:
+            unit = "M loops/s" if which == "python_cpu" else "tps"
+            return f"{which} {value:.4g} {unit}"
+    return ""
 
 
 def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every ledger row against `run`: the figures it used (medians of a and b over repeats, the
-    ratio a / b with its 95% interval, n, the smallest detectable ratio) and its verdict."""
+    """Every ledger row against `run`: the figures it used (medians of a and b over the repeats it
+    used, the ratio a / b's estimate with its interval at `ci_level`, n_used of n_ran repeats, the
+    smallest detectable ratio), its raw verdict and its verdict after Holm's adjustment
+    (`adjust`). `attrs["multiple_comparisons"]` says what the adjustment did."""
     if frame is None:
         frame, errors = collect_frame(run)
     else:
         errors = {}
     series = by_repeat(frame)
+    labels = bottlenecks_by_repeat(frame)
     ledger = load() if ledger is None else ledger
     interpreter = _interpreter(run)
     rows = []
     for c in ledger.to_dict("records"):
         seed = _num(c["seed_value"])
+        names = tuple(r for r in refs(c["a"]) + refs(c["b"]) if not r.startswith("param:"))
+        premise = parse_premise(c.get("premise") or "")
+        machine_dependent = bool(c.get("machine_dependent"))
         row = {"claim_id": c["claim_id"], "document": c["document"], "kind": c["kind"],
                "section": c["section"], "sentence": c["sentence"], "seed_value": seed,
                "seed_unit": c["seed_unit"], "comparison": c["comparison"], "direction": c["direction"],
                "reference": c["reference"], "band_low": c["band_low"], "band_high": c["band_high"],
-               "margin": c["margin"], "a": c["a"], "b": c["b"], "a_median": None, "b_median": None,
-               "n": 0, "value": None, "ci_low": None, "ci_high": None, "p_value": None,
-               "detectable": None, "verdict": CONTEXT, "server": "", "missing": "",
-               "interpreter": interpreter, "note": c["note"]}
+               "margin": c["margin"], "bound": c.get("bound"), "premise": premise.text if premise else "",
+               "machine_dependent": machine_dependent, "a": c["a"], "b": c["b"], "a_median": None,
+               "b_median": None, "n": 0, "n_used": 0, "n_ran": 0, "estimate": None, "ci_low": None,
+               "ci_high": None, "ci_level": None, "method": "", "p_value": None, "p_seed": None,
+               "p_opposite": None, "p_adjusted": None, "detectable": None, "verdict_raw": CONTEXT,
+               "verdict": CONTEXT, "reason": "", "bottleneck_measured": "", "server": "", "missing": "",
+               "ceiling": _ceiling(run, names) if machine_dependent else "", "interpreter": interpreter,
+               "note": c["note"]}
         if c["kind"] != "context":
             present = c["role"] in run.manifest.get("servers", {})
             row["server"] = run.server_label(c["role"]) if present else f"no {c['role']} server in this run"
             try:
                 a = per_repeat(run, series, c["a"])
-                row["a_median"] = _median(a)
                 if c["kind"] == "setup":
-                    row["value"] = row["a_median"]
-                    row["verdict"] = SETUP_SAME if seed is not None and row["value"] == seed else SETUP_DIFFERS
+                    row["a_median"] = _median(list(a.values()))
+                    row["estimate"] = row["a_median"]
+                    row["verdict"] = SETUP_SAME if seed is not None and row["estimate"] == seed else SETUP_DIFFERS
                 else:
-                    b = per_repeat(run, series, c["b"]) if c["b"] else {k: 1.0 for k in a}
-                    row["b_median"] = _median(b) if c["b"] else None
-                    logs = stats._paired_logs(a, b)
-                    if not len(logs):
-                        raise Missing("no repeat with both figures positive")
-                    row.update(judge(c, logs))
+                    row.update(_measurement(c, a, per_repeat(run, series, c["b"]) if c["b"] else None,
+                                            names, premise, labels))
             except Missing as m:
                 row["verdict"] = NOT_MEASURED
                 row["missing"] = _experiment_state(run, refs(c["a"]) + refs(c["b"])) or f"no {m.name}"
+        if row["verdict_raw"] == CONTEXT:
+            row["verdict_raw"] = row["verdict"]
         rows.append(row)
-    out = pd.DataFrame(rows)
+    out = adjust(pd.DataFrame(rows))
     out.attrs["metric_errors"] = errors
     out.attrs["run_id"] = run.id
+    return out
+
+
+def _measurement(c: Mapping[str, Any], a: dict[int, float], b: dict[int, float] | None, names: tuple[str, ...],
+                 premise: Premise | None, labels: Mapping[str, Mapping[int, str]]) -> dict[str, Any]:
+    """The fields of a measurement row: which repeats ran and were used, and its raw verdict."""
+    b = b if b is not None else {k: 1.0 for k in a}
+    ran = sorted(set(a) | set(b))
+    reasons = []
+    missing = [k for k in ran if math.isnan(a.get(k, math.nan)) or math.isnan(b.get(k, math.nan))]
+    # a figure absent from a repeat (or an expression undefined in it) is left out, and counted;
+    # a division a / b by zero is not: _ratio makes it a signed infinity (or NaN for 0 / 0)
+    absent = [k for k in missing if k not in a or k not in b or math.isnan(a[k]) or math.isnan(b[k])]
+    used = [k for k in ran if k not in absent]
+    if absent:
+        reasons.append(f"{len(absent)} of {len(ran)} repeats lack a figure or divide by zero inside a or b "
+                       f"(repeat {', '.join(map(str, absent))}): left out")
+    scope = (premise.scope or names) if premise else names
+    out: dict[str, Any] = {"n_ran": len(ran), "bottleneck_measured": _measured(scope, ran, labels)}
+    if premise is not None and c["comparison"] != "absolute":
+        met, seen = _premise_repeats(premise, scope, used, labels)
+        if len(met) * 2 <= len(ran):
+            other = ", ".join(f"{label} in {n}" for label, n in seen.most_common()
+                              if label == "none recorded" or not all(premise.holds(x) for x in label.split(" + ")))
+            out.update(verdict=PREMISE_NOT_MET, verdict_raw=PREMISE_NOT_MET, n_used=0, n=0,
+                       reason=_join(*reasons, f"premise '{premise.text}' held in {len(met)} of {len(ran)} repeats; "
+                                              f"measured: {other or 'none'}"),
+                       a_median=_median([a[k] for k in used if k in a]),
+                       b_median=_median([b[k] for k in used if k in b]) if c["b"] else None)
+            return out
+        if len(met) < len(used):
+            reasons.append(f"premise '{premise.text}' held in {len(met)} of {len(ran)} repeats: judged on those")
+        used = met
+    values = np.array([_ratio(a[k], b[k]) for k in used], dtype=float)
+    out.update(n_used=len(used), n=len(used), a_median=_median([a[k] for k in used]),
+               b_median=_median([b[k] for k in used]) if c["b"] else None)
+    got = judge(c, values)
+    got["reason"] = _join(*reasons, got["reason"])
+    got["verdict_raw"] = got["verdict"]
+    out.update(got)
+    return out
+
+
+def adjust(evaluated: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """Holm's step-down adjustment over every one-sided test of the judged rows (two per row: the
+    seed's side, `p_seed`, and the opposite one, `p_opposite`): `p_adjusted` is the adjusted p-value
+    of the row's `p_value`, and a decisive `verdict_raw` whose adjusted p-value is >= alpha becomes
+    an `inconclusive` `verdict`. `attrs["multiple_comparisons"]`: method, alpha, tested (rows),
+    hypotheses (one-sided tests), undone (claim ids whose decisive verdict was undone), guarantee."""
+    out = evaluated.copy()
+    tests, where = [], []
+    for i, r in out.iterrows():
+        for side in ("p_seed", "p_opposite"):
+            p = r.get(side)
+            if _isnum(p):
+                tests.append(float(p))
+                where.append((i, side))
+    adjusted = stats.holm(tests) if tests else np.array([])
+    by = {key: float(p) for key, p in zip(where, adjusted)}
+    undone = []
+    for i, r in out.iterrows():
+        if not _isnum(r.get("p_value")):
+            continue
+        side = "p_opposite" if r["verdict_raw"] == NOT_REPRODUCED else "p_seed"
+        p_adj = by.get((i, side))
+        out.at[i, "p_adjusted"] = p_adj
+        if r["verdict_raw"] in DECISIVE and p_adj is not None and not p_adj < alpha:
+            out.at[i, "verdict"] = INCONCLUSIVE
+            out.at[i, "reason"] = _join(r["reason"], f"{r['verdict_raw']} before Holm's adjustment; adjusted "
+                                                     f"p = {p_adj:.3g} >= {alpha:g} over {len(tests)} one-sided tests")
+            undone.append(r["claim_id"])
+    rows = len({i for i, _ in where})
+    out.attrs["multiple_comparisons"] = {
+        "method": "holm", "alpha": alpha, "tested": rows, "hypotheses": len(tests), "undone": undone,
+        "guarantee": (f"Holm's step-down adjustment over the {len(tests)} one-sided tests of the {rows} judged rows "
+                      f"keeps the chance of even one false decisive verdict at {alpha:.0%} or less, whatever the "
+                      "dependence between rows (they share windows and repeats, so Benjamini-Hochberg's "
+                      "positive-dependence assumption is not known to hold).")}
     return out
 
 
@@ -299,20 +569,20 @@ def summary(evaluated: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def chance_wrong(evaluated: pd.DataFrame, alpha: float = ALPHA) -> dict[str, float]:
-    """How many verdicts chance alone would make wrong: each judged row is a test at `alpha`."""
-    judged = int(evaluated["verdict"].isin(JUDGED).sum())
-    return {"judged_rows": judged, "alpha": alpha, "expected_wrong": alpha * judged}
-
-
 _COLOURS = {REPRODUCED: "#d7f0dd", EQUIVALENT: "#d7f0dd", DIRECTION_ONLY: "#eef6d0",
             NOT_REPRODUCED: "#f8d7da", INCONCLUSIVE: "#fdf1d6", NOT_COMPARABLE: "#e3ecfa",
+            PREMISE_NOT_MET: "#ece3f6",
             NOT_MEASURED: "#eeeeee", SETUP_SAME: "#e3ecfa", SETUP_DIFFERS: "#fdf1d6", CONTEXT: "#ffffff"}
 
 
+def _pfmt(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2g}"
+
+
 def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
-        "claim_id", "sentence", "seed_value", "seed_unit", "comparison", "value", "ci_low", "ci_high",
-        "n", "detectable", "verdict", "server", "missing")):
+        "claim_id", "sentence", "seed_value", "seed_unit", "comparison", "estimate", "ci_low", "ci_high",
+        "ci_level", "n_used", "n_ran", "p_value", "p_adjusted", "detectable", "verdict_raw", "verdict", "reason",
+        "bottleneck_measured", "server", "missing")):
     """The evaluation as a pandas Styler: one colour per verdict, numbers to 3 significant digits."""
     df = evaluated[[c for c in columns if c in evaluated.columns]].copy()
 
@@ -328,8 +598,9 @@ def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
         return [f"background-color: {c}"] * len(row)
 
     return (df.style.apply(colour, axis=1)
-            .format({k: fmt for k in ("seed_value", "value", "ci_low", "ci_high", "detectable")
-                     if k in df.columns})
+            .format({k: fmt for k in ("seed_value", "estimate", "ci_low", "ci_high", "detectable", "n_used",
+                                      "n_ran") if k in df.columns})
+            .format({k: _pfmt for k in ("p_value", "p_adjusted", "ci_level") if k in df.columns})
             .hide(axis="index")
             .set_properties(subset=[c for c in ("sentence",) if c in df.columns],
                             **{"text-align": "left", "min-width": "28em"})

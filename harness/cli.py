@@ -1,4 +1,5 @@
-"""Command line: `python -m harness list | run | servers | runs | report | study`.
+"""Command line: `python -m harness list | run | study | report | runs | show | compare | history |
+summarise | promote | servers`.
 
 Argument parsing and calls into `study`, `servers` and `report` only. Every HarnessError becomes a
 one-paragraph message on stderr and exit status 2; no traceback for problems the user can fix.
@@ -220,20 +221,82 @@ def _print_outcome_lines(run_: store.Run) -> None:
 @click.argument("run_b", metavar="RUN_B")
 @_data_dir
 def compare_cmd(run_a, run_b, data_dir) -> None:
-    """Headline throughputs of RUN_A and RUN_B side by side: absolute and normalised by each run's
-    in-run ceiling, with 95% intervals, CV and repeats (runs by path, id or `latest`)."""
+    """Headline figures of RUN_A and RUN_B side by side: absolute and normalised by each run's
+    in-run ceiling, with 95% intervals, CV and repeats; every piece of metadata on which the runs
+    differ (interpreter, lock hash, drivers, servers, experiment versions, machine, placement) and
+    which experiments that makes incomparable; the verdicts that moved. From summary.json and
+    manifest.json alone (runs by path, id, a unique part of one, or `latest`)."""
+    from . import compare
+
+    click.echo(compare.compare_text(store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)))
+
+
+@cli.command("show")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--experiment", default=None, help="Only this experiment's figures and bottlenecks.")
+@_data_dir
+def show_cmd(run_ref, experiment, data_dir) -> None:
+    """Print a stored run from its summary.json and manifest.json: headline figures with interval, CV
+    and stability warnings, verdicts per seed, bottlenecks, the machine and servers (RUN: a path, an
+    id or a unique part of one, or `latest`)."""
+    from . import compare
+
+    click.echo(compare.show_text(store.open_run(run_ref, data_dir), experiment))
+
+
+@cli.command("history")
+@click.option("--figure", default=None, metavar="TEXT", help="Only figures whose name contains TEXT.")
+@click.option("--changed", is_flag=True, help="Only figures with a change beyond the runs' own spread.")
+@click.option("--all", "include_new", is_flag=True, help="Add the complete runs of data/runs.")
+@_data_dir
+def history_cmd(figure, changed, include_new, data_dir) -> None:
+    """Headline figures across the committed runs (data/reference, data/history), by commit and
+    machine, absolute and normalised with intervals; flags a change beyond the runs' own spread."""
+    from . import compare
+
+    click.echo(compare.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed))
+
+
+@cli.command("summarise")
+@click.argument("run_ref", metavar="RUN")
+@_data_dir
+def summarise_cmd(run_ref, data_dir) -> None:
+    """Re-judge RUN from its raw data and rewrite its summary.json (atomically)."""
     from . import summary
 
-    click.echo(summary.compare_text(store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)))
+    run_ = store.open_run(run_ref, data_dir)
+    if not run_.has_raw_data():
+        raise HarnessError(f"run {run_.id} has no raw data ({run_.path} keeps only its manifest and summary): "
+                           "nothing to re-judge")
+    out = summary.write(run_.path)
+    click.echo(f"{run_.path / 'summary.json'}: {len(out.get('metrics', []))} figures, "
+               f"{len(out.get('claims', []))} claim rows (summary version {out.get('summary_version')})")
+
+
+@cli.command("promote")
+@click.argument("run_ref", metavar="RUN")
+@_data_dir
+def promote_cmd(run_ref, data_dir) -> None:
+    """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
+    summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
+    from . import summary
+
+    for d in store.list_runs(data_dir, where=("reference",)):
+        if not d["has_summary"]:   # the old reference keeps only its summary in history: write it first
+            summary.write(Path(d["path"]))
+    for line in store.promote(run_ref, data_dir):
+        click.echo(line)
 
 
 @cli.command("runs")
 @_data_dir
 def runs_cmd(data_dir) -> None:
-    """List stored runs (newest last): status, and per experiment its status, cells and why."""
+    """List stored runs (newest last) and where they live (reference, history, runs): status, and per
+    experiment its status, cells and why."""
     for r in store.list_runs(data_dir):
         flag = " (with failures)" if r.get("has_failures") else ""
-        click.echo(f"{r['run_id']:40} {r['status'] + flag:26} {r['profile'] or '':6}")
+        click.echo(f"{r['run_id']:40} {r['where']:9} {r['status'] + flag:26} {r['profile'] or '':6}"
+                   + ("" if r.get("has_summary") else " (no summary.json)"))
         for name, e in r["experiments"].items():
             click.echo(f"    {name:16} {e['status'] or '?':9} {_cell_counts(e.get('cells') or {})}")
             for reason in e.get("reasons", [])[:3]:

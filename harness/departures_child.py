@@ -15,35 +15,28 @@ from __future__ import annotations
 import os
 import sys
 import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from . import interpreters, placement
-from .measure import Window
+from .measure import completions_in_window
 from .mongo_workload import async_variant, threads_variant
 from .pg_workload import VariantSpec, run_variant
 from .processes import child_main
 
 
 class _ChildContext:
-    """What mongo_workload's variants need from a Context: the URI, `window()` and `record()`."""
+    """What mongo_workload's variants need from a Context: the URI and `record()`."""
 
     def __init__(self, uri: str):
         self.servers = types.SimpleNamespace(mongodb_uri=uri)
         self.windows: list[dict] = []
         self.samples: list[dict] = []
 
-    @contextmanager
-    def window(self, variant: str, **fields: Any) -> Iterator[Window]:
-        w = Window(variant, fields)
-        with w:
-            yield w
-        self.windows.append(w.row())
-
     def record(self, table: str, rows: list[dict]) -> None:
         if table == "samples":
             self.samples.extend(rows)
+        elif table == "windows":
+            self.windows.extend(rows)
 
 
 _SAMPLE_COLUMNS = ("task", "start_s", "latency_s", "ok", "error")
@@ -68,6 +61,10 @@ def _child_mongo(spec: dict) -> tuple[dict, dict]:
                                  warmup_s=p["warmup_s"], seed=p["seed"])
         w = ctx.windows[0]
         w["errors"] = sum(not r["ok"] for r in rows)
+        # the same count as pg's `completed`; the mongo window closes after its operations drain,
+        # so it equals `ops`, but it is taken by the one definition rather than assumed
+        w["completed"] = completions_in_window([r["start_s"] + r["latency_s"] for r in rows],
+                                               [r["ok"] for r in rows], 0.0, w["wall_s"])
         windows[model], samples[model] = w, _columns(rows)
     return windows, samples
 

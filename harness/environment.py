@@ -77,12 +77,43 @@ def machine() -> dict[str, Any]:
         "memory_total_bytes": vm.total,
         "load_average": list(os.getloadavg()),
         "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
-        # Which machine and which boot: two runs compare "across machines" only if machine_id differs
-        # (the hostname is the same `vm` on every machine of this project).
+        # Which machine and which boot (issue 22 point 10). machine_id comes with the machine image:
+        # every machine of this kind has the same one (and the hostname is `vm` on all), so it never
+        # identifies a machine alone. `harness compare` uses the boot id, the CPU (model, a hash of
+        # its flags, MHz) and the run's own calibration ceilings.
         "machine_id": _read_first_line("/etc/machine-id"),
         "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
         "booted_at": psutil.boot_time(),
+        **cpu_identity(),
     }
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The first CPU of /proc/cpuinfo: vendor, family/model/stepping, the sha256 of its sorted flags
+    (the flags differ between CPU generations and hypervisors sold under one model name) and MHz."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if first:
+                break
+            continue
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip().lower(), value.strip())
+    flags = sorted(set((first.get("flags") or "").split()))
+    try:
+        mhz: float | None = float(first["cpu mhz"])
+    except (KeyError, ValueError):
+        freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+        mhz = float(freq.current) if freq and freq.current else None
+    return {"cpu_vendor": first.get("vendor_id"),
+            "cpu_signature": "/".join(first.get(k, "?") for k in ("cpu family", "model", "stepping")),
+            "cpu_flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest() if flags else None,
+            "cpu_flags_count": len(flags), "cpu_mhz": mhz}
 
 
 def _read_first_line(path: str) -> str | None:

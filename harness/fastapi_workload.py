@@ -30,7 +30,7 @@ from . import datasets, openloop, processes
 from .config import REPO_ROOT
 from .errors import HarnessError
 from .interpreters import study_python
-from .measure import CPUSampler, machine_busy_s
+from .measure import CPUSampler, completions_in_window, machine_busy_s
 from .servers import database_pids
 
 LOCUSTFILE = REPO_ROOT / "harness" / "apps" / "locustfile.py"
@@ -257,7 +257,7 @@ def _hold_figures(history: pd.DataFrame, samples: pd.DataFrame, cpu: pd.DataFram
     if len(samples):
         end = samples["start_s"] + samples["latency_s"]
         inside = samples[(end >= out["hold_start_s"]) & (end < out["hold_end_s"])]
-        out["hold_ok"] = int(inside["ok"].sum())
+        out["hold_ok"] = completions_in_window(end, samples["ok"], out["hold_start_s"], out["hold_end_s"])
         out["hold_failed"] = int((~inside["ok"]).sum())
         out["hold_infrastructure"] = int(inside["infrastructure"].sum())
         ok = inside[inside["ok"]]

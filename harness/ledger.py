@@ -25,13 +25,41 @@ seeds' own numbers. Columns:
                 `metrics(run)` name them) and parameters (`{param:experiment.name}`), evaluated per
                 repeat, so that a and b are paired by repeat; b empty = 1
     direction   `>` (the seed says a / b exceeds reference) or `<`
-    reference   where the seed's side and the opposite side meet: 1 for "a above b", a threshold
-                the seed states otherwise (e.g. 10 ms); empty = 1
-    band_low, band_high   for effect sizes: the seed's ratio within a factor of 2 either way
-                (servers and machines differ), cut at the reference
+    reference   where the seed's side and the opposite side meet: 1 for "a above b", or a threshold
+                the seed states itself, in numbers or words (its 10 ms stall check, "more than one
+                core" = 100% of a core, "a small multiple"); empty = 1. A threshold the ledger
+                would invent in place of the seed's own number is not used: such a row has
+                reference 1 and is held to the seed's number by the band (001-pool-02/03/08/09).
+                A threshold stays where reference 1 cannot be crossed on the seed's side (a ratio
+                that is >= 1 by construction claimed to stay small: 001-pool-05, 001-pool-12; a
+                share <= 1 claimed to stay large: 001-pool-06).
     margin      for equivalence: a / b within [reference / (1 + margin), reference * (1 + margin)]
+    bound       a figure that cannot pass this value (a share or fraction capped at 1): the row is
+                judged on the count of repeats on each side of the reference (exact sign test),
+                never on a t-interval that the cap squeezes to zero width
+    premise     the bottleneck under which the seed's sentence holds, when it holds only under one:
+                `LABEL` or `not LABEL` (labels separated by `|`, compared without case, `_` = space,
+                as the analysis modules name them in contract C1's `bottleneck`), optionally
+                followed by `of {metric}, {metric}` naming the figures whose bottleneck counts
+                (default: every figure the row reads). A repeat counts when every such figure that
+                has a bottleneck in it matches (a repeat with no bottleneck recorded does not count:
+                the premise is not known to hold); the row is judged on those repeats only, and is
+                `premise not met` when they are no more than half of the repeats. The seed 002 slow
+                regime's rows read `not client CPU|machine CPU` (the seed's "none of them was the
+                bottleneck"), never `pool`: that label follows from the 90%-of-bound rule those
+                rows test, so it would be circular.
+    machine_dependent  `yes` when the figure scales with the machine's speed (a fixed-ms threshold,
+                a maximum that grows as throughput falls): the report shows the run's ceiling beside it
     role        the server role that produced the figures (mongodb, postgres)
     note        why this comparison
+
+Bands are not typed per row: `band(seed, reference, direction)` computes every one by one rule,
+written before the next reference run and not tuned to any run:
+
+    THE BAND RULE. A ratio row with a seed number is held to the seed's number within a factor of
+    2 either way on a log scale, [seed / 2, seed x 2], cut at the reference on the seed's side
+    (direction `>`: [max(seed / 2, reference), seed x 2]; `<`: [seed / 2, min(seed x 2, reference)]).
+    A row with no seed number has no band: it is `direction only` at best.
 
 Expressions are a small, safe language (parsed with `ast`, never `eval`): numbers, `+ - * /`,
 comparisons, `and`, `or`, `not`, and the functions `abs`, `min`, `max`.
@@ -40,6 +68,7 @@ comparisons, `and`, `or`, `not`, and the functions `abs`, `min`, `max`.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -54,8 +83,9 @@ from .errors import HarnessError
 
 LEDGER_PATH = Path(__file__).with_name("claims_ledger.csv")
 COLUMNS = ("claim_id", "document", "kind", "section", "sentence", "seed_value", "seed_unit",
-           "comparison", "a", "b", "direction", "reference", "band_low", "band_high", "margin",
-           "role", "note")
+           "comparison", "a", "b", "direction", "reference", "margin", "bound", "premise",
+           "machine_dependent", "role", "note")
+BAND_FACTOR = 2.0   # the band rule: the seed's number within this factor either way (log scale)
 DOCUMENTS = {"000": "Async PyMongo in FastAPI (sync vs async under Locust)",
              "001": "Using MongoDB with PyMongo's Async API (three traps)",
              "002": "asyncio vs Threads for Database-Heavy Services (PostgreSQL)"}
@@ -183,9 +213,83 @@ def _eval(node: ast.AST, expr: Expression, lookup, variables):
     raise ExpressionError(f"{expr.text!r}: cannot evaluate {type(node).__name__}")
 
 
+# -- the band rule and premises -------------------------------------------------------------------
+
+def band(seed: float | None, reference: float, direction: str) -> tuple[float, float]:
+    """The band of a ratio row (the one rule of the module docstring): the seed's number within a
+    factor of 2 either way, cut at the reference on the seed's side. (NaN, NaN) without a seed
+    number. Raises ExpressionError when the seed's own number lies on the wrong side of its
+    reference (the band would be empty)."""
+    nan = float("nan")
+    if seed is None or (isinstance(seed, float) and math.isnan(seed)):
+        return nan, nan
+    if direction not in DIRECTIONS:
+        raise ExpressionError(f"a band needs a direction in {DIRECTIONS}, got {direction!r}")
+    seed, reference = float(seed), float(reference)
+    if not seed > 0:
+        raise ExpressionError(f"a seed ratio must be > 0 to have a band, got {seed!r}")
+    low, high = seed / BAND_FACTOR, seed * BAND_FACTOR
+    if direction == ">":
+        low = max(low, reference)
+    else:
+        high = min(high, reference)
+    if not low < high:
+        raise ExpressionError(f"the seed's {seed:g} lies on the wrong side of its reference {reference:g} "
+                              f"({direction}): no band")
+    return low, high
+
+
+@dataclass(frozen=True)
+class Premise:
+    """A parsed `premise`: the bottleneck labels (normalised), whether they must match (`negate`
+    False) or must not (`negate` True), and the figures whose bottleneck counts (empty: all the
+    row reads)."""
+
+    text: str
+    labels: tuple[str, ...]
+    negate: bool
+    scope: tuple[str, ...]
+
+    def holds(self, bottleneck: str) -> bool:
+        hit = normalise_bottleneck(bottleneck) in self.labels
+        return not hit if self.negate else hit
+
+
+def normalise_bottleneck(label: str) -> str:
+    """A bottleneck label as premises compare it: lower case, `_` as a space ("client_cpu" = "client CPU")."""
+    return " ".join(str(label).replace("_", " ").lower().split())
+
+
+_PREMISE = re.compile(r"^\s*(not\s+)?([^{}]+?)(?:\s+of\s+(.+))?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+@lru_cache(maxsize=256)
+def parse_premise(text: str) -> Premise | None:
+    """`[not] LABEL[|LABEL...] [of {metric}, {metric}...]`, or None for an empty premise."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    m = _PREMISE.match(text)
+    if not m:
+        raise ExpressionError(f"premise {text!r}: write `[not] LABEL[|LABEL] [of {{metric}}, ...]`")
+    labels = tuple(normalise_bottleneck(x) for x in m.group(2).split("|"))
+    if not all(labels):
+        raise ExpressionError(f"premise {text!r}: an empty bottleneck label")
+    scope: tuple[str, ...] = ()
+    if m.group(3):
+        scope = refs(m.group(3))
+        rest = _REF.sub("", m.group(3)).replace(",", "").strip()
+        if not scope or rest:
+            raise ExpressionError(f"premise {text!r}: `of` takes metrics in braces, separated by commas")
+        for name in scope:
+            if name.startswith("param:") or not _REF_NAME.match(name):
+                raise ExpressionError(f"premise {text!r}: {{{name}}} is not a metric name")
+    return Premise(text.strip(), labels, bool(m.group(1)), scope)
+
+
 # -- the ledger ----------------------------------------------------------------------------------
 
-_NUMERIC = ("seed_value", "reference", "band_low", "band_high", "margin")
+_NUMERIC = ("seed_value", "reference", "margin", "bound")
+_FLAGS = ("", "yes")
 
 
 def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
@@ -206,6 +310,11 @@ def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
     for c in _NUMERIC:
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["reference"] = df["reference"].fillna(1.0)
+    df["machine_dependent"] = df["machine_dependent"] == "yes"
+    bands = [band(r.seed_value, r.reference, r.direction) if r.kind == "measurement" and r.comparison == "ratio"
+             else (math.nan, math.nan) for r in df.itertuples(index=False)]
+    df["band_low"] = [b[0] for b in bands]
+    df["band_high"] = [b[1] for b in bands]
     return df
 
 
@@ -242,17 +351,29 @@ def _row_problems(row) -> list[str]:
     elif row.comparison == "ratio":
         if row.direction not in DIRECTIONS:
             out.append(f"a ratio needs a direction in {DIRECTIONS}, got {row.direction!r}")
-        if bool(row.band_low) != bool(row.band_high):
-            out.append("a band needs both band_low and band_high")
-        elif row.band_low and not float(row.band_low) < float(row.band_high):
-            out.append("band_low must be below band_high")
+        elif row.seed_value and not out:
+            try:
+                band(float(row.seed_value), float(row.reference or 1.0), row.direction)
+            except ExpressionError as e:
+                out.append(str(e))
         if row.margin:
             out.append("a margin belongs to an equivalence row")
     elif row.comparison == "equivalence":
         if not row.margin or not float(row.margin) > 0:
             out.append("an equivalence row needs a margin > 0")
-        if row.direction or row.band_low or row.band_high:
-            out.append("an equivalence row has a margin, not a direction or band")
+        if row.direction:
+            out.append("an equivalence row has a margin, not a direction")
+        if row.bound:
+            out.append("a bound belongs to a ratio row (judged by the count of repeats past its reference)")
     if row.reference and not float(row.reference) > 0:
         out.append("reference must be > 0 (ratios are compared on the log)")
+    if row.machine_dependent not in _FLAGS:
+        out.append(f"machine_dependent must be empty or 'yes', got {row.machine_dependent!r}")
+    if row.premise:
+        if row.comparison == "absolute":
+            out.append("an absolute row is never judged: it has no premise")
+        try:
+            parse_premise(row.premise)
+        except ExpressionError as e:
+            out.append(str(e))
     return out

@@ -9,6 +9,9 @@
 - `CPUSampler`: cumulative CPU of several roles' process trees, sampled in a thread over time;
 - `machine_busy_s()`: busy CPU seconds of the whole machine (every process, all cores);
 - `find_postmaster()`: the pid of a local PostgreSQL server's postmaster;
+- `ProcessTimes`: one process's CPU times and run-queue wait, keeping the last reading once it exits;
+- `completions_in_window()`: the one definition of a window's throughput count (`window_completed()`
+  reads it from a stored window row, old runs included);
 - `error_text()`: the one way to turn an exception into the short text stored with a failed row.
 """
 
@@ -30,6 +33,34 @@ def error_text(e: BaseException, limit: int = 300) -> str:
     """`TypeName: message`, cut at `limit` characters (just the type name if there is no message)."""
     msg = str(e).strip()
     return (f"{type(e).__name__}: {msg}" if msg else type(e).__name__)[:limit]
+
+
+# How a window row's throughput count was taken (`window_completed`): the one definition, or the
+# count of old runs that predate it (requests that both started and ended inside the window).
+RPS_DEFINITION = "ended in window"
+RPS_DEFINITION_OLD = "started and ended in window (old run)"
+
+
+def completions_in_window(end_times: Any, ok: Any, open_at: float, close_at: float) -> int:
+    """Throughput's numerator, the same for every family: successful operations whose END lies in
+    [open_at, close_at], wherever they started. Divided by the window's wall time it is the
+    throughput.
+
+    Counting only operations that also started inside the window loses, in a closed loop of N
+    clients, up to N completions per window (those in flight when it opened): ~N/T per second.
+    Latency percentiles are another matter: they use the operations that STARTED inside the window,
+    so that no warm-up operation counts."""
+    return sum(1 for end, good in zip(end_times, ok, strict=True)
+               if good and open_at <= end <= close_at)
+
+
+def window_completed(row: Any) -> tuple[int, str]:
+    """A stored window row's throughput count and its definition: `completed` where the run
+    recorded it, else `ops` (old runs: operations that started and ended inside the window)."""
+    completed = row.get("completed", math.nan)
+    if completed is None or completed != completed:  # missing column, or NaN beside newer rows
+        return int(row["ops"]), RPS_DEFINITION_OLD
+    return int(completed), RPS_DEFINITION
 
 
 class Window:
@@ -150,6 +181,35 @@ class TreeCPU:
             n += 1
         self.processes = n
         return total
+
+
+class ProcessTimes:
+    """CPU times (user, system) and threads' run-queue wait of one process, read on demand. A
+    process that has exited keeps its last reading instead of raising (a monitor racing a tool's
+    exit, such as pgbench at the end of its -T): read it often enough that the last reading is
+    recent."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._proc = psutil.Process(pid)
+        self.user_s = self.system_s = 0.0
+        self.waits: dict[str, int] = {}
+        self.exited = False
+        self.read()
+
+    def read(self) -> ProcessTimes:
+        if not self.exited:
+            try:
+                t = self._proc.cpu_times()
+                self.user_s, self.system_s = t.user, t.system
+                self.waits.update(thread_waits(self.pid))  # exited threads keep theirs
+            except psutil.NoSuchProcess:
+                self.exited = True
+        return self
+
+    def snapshot(self) -> tuple[float, float, dict[str, int]]:
+        """(user_s, system_s, waits) as last read."""
+        return self.user_s, self.system_s, dict(self.waits)
 
 
 class ServerCPU(TreeCPU):

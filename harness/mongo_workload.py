@@ -7,6 +7,10 @@
 - `closed_loop_async()` / `closed_loop_threads()`: N workers, each running `find_one` on the
   indexed `customer` field in a closed loop for a fixed duration, customers drawn from a seeded RNG
   per worker (the same sequence for every variant). They return one row per operation.
+  A worker starts no operation after `duration_s` and the measured window closes only when the
+  last one has returned, so every operation both starts and ends inside it: the window's `ops` (its
+  successful operations) is already the throughput count every family shares
+  (`measure.completions_in_window`), and the latency samples hold no warm-up operation.
 - `ferretdb_backend_index()`: FerretDB 1.x keeps a MongoDB index as a PostgreSQL btree on
   `_jsonb -> 'customer'`, but pushes an equality filter down as `_jsonb -> 'customer' @> ...`,
   which a btree cannot serve: every `find_one({"customer": ...})` is a sequential scan (see the
@@ -31,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .datasets import CUSTOMERS
-from .measure import TreeCPU, error_text, machine_busy_s
+from .measure import TreeCPU, Window, error_text, machine_busy_s
 from .redact import redact
 from .servers import FERRETDB_PG_DB, STUDY_DB, ServerStack
 
@@ -217,9 +221,8 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
             sem = asyncio.Semaphore(pool_size) if semaphore else None
             if warmup_s > 0:
                 await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem)
-            with ctx.window(variant, loop=loop, driver=driver, pool_size=pool_size, workers=tasks,
-                            semaphore=semaphore, duration_s=duration_s, **fields) as w, \
-                    _watch(backend, w, db):
+            with _window(ctx, variant, backend, db, loop=loop, driver=driver, pool_size=pool_size,
+                         workers=tasks, semaphore=semaphore, duration_s=duration_s, **fields) as w:
                 rows = await closed_loop_async(col, tasks=tasks, duration_s=duration_s, seed=seed,
                                                t0=w.t0, semaphore=sem)
                 w.ops = sum(r["ok"] for r in rows)
@@ -243,9 +246,8 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
         col = orders(client)
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
-        with ctx.window(variant, loop="threads", driver="pymongo-sync", pool_size=pool_size,
-                        workers=threads, semaphore=False, duration_s=duration_s, **fields) as w, \
-                _watch(backend, w, db):
+        with _window(ctx, variant, backend, db, loop="threads", driver="pymongo-sync", pool_size=pool_size,
+                     workers=threads, semaphore=False, duration_s=duration_s, **fields) as w:
             rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0)
             w.ops = sum(r["ok"] for r in rows)
     extra = {"variant": variant, "loop": "threads", "driver": "pymongo-sync", "pool_size": pool_size,
@@ -433,6 +435,18 @@ class DatabaseCPU:
 
     def read(self) -> float:
         return sum(m.read() for m in self.meters) if self.meters else float("nan")
+
+
+@contextmanager
+def _window(ctx: Any, variant: str, backend: BackendConnections | None, db: DatabaseCPU | None,
+            **fields: Any) -> Iterator[Window]:
+    """`ctx.window()` with the watch (`_watch`) around the window rather than inside it: its reads
+    (the database's process trees, FerretDB's connections) take time, which counted as
+    window time and lowered a short window's throughput (Little's law, tests/test_littles_law.py)."""
+    w = Window(variant, fields)
+    with _watch(backend, w, db), w:
+        yield w
+    ctx.record("windows", [w.row()])
 
 
 @contextmanager

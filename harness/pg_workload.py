@@ -28,7 +28,10 @@ SPEC RESULT` (started by `pg_models` through `harness.processes.run_child`). The
    requests issued one after another by a single client, so nothing queues (their latencies are
    returned raw; the analysis takes their median as the per-request database time of the pool
    bound);
-5. writes the window row and every request that started and finished inside the window to OUT.
+5. writes the window row and every request that started and finished inside the window to OUT
+   (the latency samples). The window row's `completed` counts the successful requests that
+   ENDED inside the window, wherever they started (`measure.completions_in_window`): the
+   throughput's count; `ops` keeps the old count (started and ended inside).
    The window row also carries `pool_held_s`: the connection-seconds inside the window during
    which a client held a pooled connection, from the pool's hand-over to the end of the request
    (so the release's own round trip, psycopg's COMMIT or asyncpg's reset, counts as held) or the
@@ -57,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .measure import ServerCPU, Window, error_text, find_postmaster, machine_busy_s  # noqa: F401 (re-exported)
+from .measure import ServerCPU, Window, completions_in_window, error_text, find_postmaster, machine_busy_s  # noqa: F401, E501 (re-exported)
 from .processes import child_main
 
 MODELS = ("threads_psycopg", "asyncio_psycopg", "asyncio_asyncpg", "uvloop_asyncpg", "uvloop_psycopg")
@@ -389,6 +392,7 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
     driver_pkg = "asyncpg" if driver == "asyncpg" else "psycopg"
     window.update(
         ops=len(cols["task"]) - errors, errors=errors, ops_all=ops_all,
+        completed=completions_in_window([r[2] for r in log], [not r[6] for r in log], open_at, close_at),
         pool_held_s=held_in_window(log, open_at, close_at),
         model=spec.model, regime=regime_name(spec.slow_ms), slow_ms=spec.slow_ms, pool=spec.pool,
         clients=spec.clients, duration_s=spec.duration_s, warmup_s=spec.warmup_s, rows=spec.rows,

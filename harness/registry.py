@@ -6,10 +6,17 @@ the analysis module each declares (`Experiment.analysis`, a dotted module path).
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib
+import importlib.util
+import json
 import pkgutil
+import re
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from . import experiments as _pkg
 from .errors import HarnessError
@@ -50,3 +57,90 @@ def analysis_of(name: str) -> ModuleType | None:
     """The analysis module of experiment `name`, or None if it declares none."""
     path = getattr(get(name), "analysis", None)
     return importlib.import_module(path) if path else None
+
+
+# -- experiment versions (issue 22 point 12) --------------------------------------------------------
+# As asv versions each benchmark by its code: an experiment's version is a short hash of the source
+# of what defines its figures -- its own module, its analysis module, the workload modules it uses
+# (followed through their imports) -- and of its resolved parameters. Two runs whose version of an
+# experiment differs did not measure the same thing; `harness compare` says so.
+
+# Modules that define a workload, whose source counts towards the version of an experiment that
+# imports them (directly or through another of them): the workload floor, the datasets, the apps,
+# and an experiment module's non-experiment siblings (`experiments.fastapi_params`).
+WORKLOAD_MODULES = ("harness.mongo_workload", "harness.pg_workload", "harness.fastapi_workload",
+                    "harness.openloop", "harness.departures_child", "harness.datasets", "harness.apps")
+VERSION_CHARS = 12
+_MODULE_TEXT = re.compile(r"^harness(\.[a-z_][a-z0-9_]*)+(:[A-Za-z_]\w*)?$")
+
+
+def _source_file(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """The absolute names of the modules `path` (module `module`) imports, relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[:len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)   # `from .. import datasets`
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_TEXT.match(node.value):
+            out.add(node.value.split(":", 1)[0])   # a module run as a child: "harness.departures_child"
+    if path.name == "__init__.py":   # a package counts whole: harness.apps and its app and locustfile
+        out.update(f"{module}.{m.name}" for m in pkgutil.iter_modules([str(path.parent)]))
+    out.update(m.rsplit(".", k)[0] for m in list(out) for k in range(1, m.count(".")))   # and their packages
+    return out
+
+
+def _is_workload(module: str) -> bool:
+    if any(module == w or module.startswith(w + ".") for w in WORKLOAD_MODULES):
+        return True
+    prefix = f"{_pkg.__name__}."
+    return module.startswith(prefix) and module.count(".") == 2 and module != f"{prefix}base"
+
+
+def version_sources(name: str) -> dict[str, Path]:
+    """Module name -> source file of everything an experiment's version hashes (sorted by name)."""
+    exp = get(name)
+    own = type(exp).__module__
+    todo = [own] + ([exp.analysis] if getattr(exp, "analysis", None) else [])
+    found: dict[str, Path] = {}
+    while todo:
+        module = todo.pop()
+        if module in found:
+            continue
+        path = _source_file(module)
+        if path is None:
+            continue
+        found[module] = path
+        if module == own or _is_workload(module):   # follow the workload's imports, not the analysis'
+            todo += [m for m in _imports(module, path) if _is_workload(m) and m not in found and _safe_spec(m)]
+    return dict(sorted(found.items()))
+
+
+def _safe_spec(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):   # `from .x import Name`: `x.Name` is not a module
+        return False
+
+
+def version(name: str, params: Any) -> str:
+    """A short hash of experiment `name`'s code (version_sources) and its resolved parameters (a
+    Params or its `to_dict()`): equal versions measured the same thing with the same settings."""
+    h = hashlib.sha256()
+    for module, path in version_sources(name).items():
+        h.update(module.encode() + b"\0" + path.read_bytes() + b"\0")
+    values = params.to_dict() if hasattr(params, "to_dict") else dict(params)
+    h.update(json.dumps(values, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:VERSION_CHARS]

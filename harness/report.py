@@ -70,7 +70,7 @@ def figures_dir(override: str | Path | None = None) -> Path:
 
 
 def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Every notebook of the study, in the order they run (by name: 00_summary first)."""
+    """Every notebook of the study, in the order they run (by name: 00_findings first, then 00_summary)."""
     found = sorted(p for p in Path(notebooks_dir).glob("*.ipynb") if not p.name.startswith("."))
     if not found:
         raise HarnessError(f"no notebooks in {notebooks_dir}")

@@ -161,6 +161,19 @@ def check_mongodb(uri: str, label: str) -> None:
         client.close()
 
 
+def not_answering(stack: ServerStack, needs: tuple[str, ...]) -> str | None:
+    """Why one of the servers `needs` names does not answer (one line naming it and its address,
+    as `check_mongodb`/`check_postgres` say it), or None when they all do."""
+    try:
+        if "mongodb" in needs:
+            check_mongodb(stack.mongodb_uri, "MongoDB server")
+        if "postgres" in needs:
+            check_postgres(stack.postgres_dsn, "PostgreSQL server")
+    except HarnessError as e:
+        return str(e)
+    return None
+
+
 def check_targets() -> None:
     """Syntax of STUDY_MONGODB_URI and STUDY_POSTGRES_DSN, before a run is created (no network)."""
     from psycopg.conninfo import conninfo_to_dict

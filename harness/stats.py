@@ -12,14 +12,25 @@ Within one measured window (per-operation samples):
 
 Across repeats (the unit of evidence: per-request samples of one window are never treated as
 independent repeats), with ``scipy.stats``:
-- ``summarise(values)``: median, the geometric mean with a Student t-interval computed on the log
-  of the values (95%), the coefficient of variation with its n, and pyperf's stability rule
-  (CV >= 10% is a warning, judged only with n >= 5).
-- ``paired_ratio(a, b)``: a comparison of two figures measured in the same repeats: the t-interval
-  on the log of the per-repeat ratios a_k / b_k (paired by repeat), its p-value against a
-  reference ratio, and the smallest ratio the run could have detected (two-sided 5%, power 80%).
+- ``summarise(values)``: the geometric mean (`estimate`, the centre of its interval) with a Student
+  t-interval computed on the log of the values (95%), the median beside it, the coefficient of
+  variation with its n, and pyperf's stability rule (CV >= 10% is a warning, judged only with n >= 5).
+- ``paired_logs(a, b)``: log(a_k / b_k) paired by repeat, with the pairs that have no log (a zero,
+  a negative, a division by zero) counted, never dropped silently.
+- ``log_ratio_summary(logs)`` / ``paired_ratio(a, b)``: the t-interval on the log of the per-repeat
+  ratios, its two one-sided p-values against a reference ratio (`p_greater`: H0 ratio <= reference;
+  `p_less`: H0 ratio >= reference), and the smallest ratio the run could have detected (power 80%).
+  A zero-width interval (every repeat equal) is flagged (`zero_width`) and carries no p-value: three
+  equal values are not certainty.
 - ``tost(...)``: two one-sided t-tests on the log ratio for claims of sameness, inside a stated
-  margin (equivalent when the 90% interval lies inside it).
+  margin (equivalent when the 90% interval lies inside it), and the one-sided p-value that the
+  ratio lies outside the margin (`p_outside`).
+- ``sign_test(values, reference)``: the count of repeats on each side of a reference with exact
+  one-sided binomial p-values (``scipy.stats.binomtest``, p = 1/2 under H0) and a Clopper-Pearson
+  interval for the proportion: for bounded shares (a busy fraction capped at 1) and for figures
+  with a zero, which have no log.
+- ``holm(p_values)``: Holm's step-down adjustment, which controls the family-wise error rate (the
+  chance of even one false rejection) under any dependence between the tests.
 A bootstrap over 3 repeats collapses to their range, hence t-intervals on the log.
 """
 
@@ -220,17 +231,20 @@ def stability_text(cv: float, n: int) -> str:
 
 def summarise(values: Sequence[float] | Mapping[int, float] | np.ndarray,
               confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """One figure over repeats: n, median, geometric mean with a t-interval on the log (`ci_low`,
-    `ci_high`), CV (std ddof=1 / mean), `unstable` (CV >= 10% with n >= 5) and `stability`, a text.
+    """One figure over repeats: n, median, geometric mean (`mean`, and `estimate`: the same number,
+    the centre of the interval) with a t-interval on the log (`ci_low`, `ci_high`), CV (std ddof=1 /
+    mean), `unstable` (CV >= 10% with n >= 5) and `stability`, a text. The median is not the centre
+    of that interval and may lie outside it.
 
-    Values <= 0 have no log: then the interval is the arithmetic t-interval (`method` says which).
-    Each value must be one repeat's figure, never one request's."""
+    Values <= 0 have no log: then the estimate is the arithmetic mean and the interval the
+    arithmetic t-interval (`method` says which). Each value must be one repeat's figure, never one
+    request's."""
     x = _clean(values)
     n = int(x.size)
     out: dict[str, object] = {"n": n, "median": float(np.median(x)) if n else float("nan")}
     if n == 0:
-        out.update(mean=float("nan"), ci_low=float("nan"), ci_high=float("nan"), cv=float("nan"),
-                   unstable=False, stability=f"{TOO_FEW} (n=0)", method="none")
+        out.update(mean=float("nan"), estimate=float("nan"), ci_low=float("nan"), ci_high=float("nan"),
+                   cv=float("nan"), unstable=False, stability=f"{TOO_FEW} (n=0)", method="none")
         return out
     mean = float(x.mean())
     cv = float(x.std(ddof=1) / abs(mean)) if n > 1 and mean else float("nan")
@@ -242,14 +256,18 @@ def summarise(values: Sequence[float] | Mapping[int, float] | np.ndarray,
     else:
         m, lo, hi, _ = _t_interval(x, confidence)
         out.update(mean=m, ci_low=lo, ci_high=hi, method="arithmetic mean, t-interval")
+    out["estimate"] = out["mean"]
     out["cv"] = cv
     out["unstable"] = bool(n >= MIN_REPEATS_FOR_STABILITY and math.isfinite(cv) and cv >= UNSTABLE_CV)
     out["stability"] = stability_text(cv, n)
     return out
 
 
-def _paired_logs(a, b) -> np.ndarray:
-    """log(a_k / b_k) over the repeats both have (Mappings keyed by repeat, or aligned sequences)."""
+def paired_logs(a, b) -> dict[str, Any]:
+    """log(a_k / b_k) over the repeats both sides have (Mappings keyed by repeat, or aligned
+    sequences), with what had no log counted, not dropped silently: `logs`, `n_pairs` (repeats with
+    both figures finite), `n_nonpositive` (a pair with a_k <= 0 or b_k <= 0: a zero ratio, a negative
+    or a division by zero) and `n_undefined` (a pair with a non-finite figure)."""
     if isinstance(a, Mapping) or isinstance(b, Mapping):
         if not (isinstance(a, Mapping) and isinstance(b, Mapping)):
             raise ValueError("pair by repeat: give both sides as {repeat: value} or both as sequences")
@@ -260,8 +278,10 @@ def _paired_logs(a, b) -> np.ndarray:
         av, bv = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
         if av.shape != bv.shape:
             raise ValueError(f"paired figures need as many repeats on each side, got {av.size} and {bv.size}")
-    keep = np.isfinite(av) & np.isfinite(bv) & (av > 0) & (bv > 0)
-    return np.log(av[keep] / bv[keep])
+    finite = np.isfinite(av) & np.isfinite(bv)
+    keep = finite & (av > 0) & (bv > 0)
+    return {"logs": np.log(av[keep] / bv[keep]), "n_pairs": int(finite.sum()),
+            "n_nonpositive": int((finite & ~keep).sum()), "n_undefined": int((~finite).sum())}
 
 
 def detectable_log_effect(sd_log: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -272,54 +292,116 @@ def detectable_log_effect(sd_log: float, n: int, alpha: float = ALPHA, power: fl
     return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd_log / math.sqrt(n))
 
 
+def _one_sided(m: float, se: float, n: int, ref: float) -> tuple[float, float]:
+    """(p_greater, p_less): one-sided t-test p-values of H0 mean <= ref and H0 mean >= ref.
+    NaN for fewer than 2 values or a zero standard error (no test)."""
+    if n < 2 or not se > 0:
+        return float("nan"), float("nan")
+    t = (m - ref) / se
+    return float(sps.t.sf(t, n - 1)), float(sps.t.cdf(t, n - 1))
+
+
 def log_ratio_summary(logs: Sequence[float] | np.ndarray, reference: float = 1.0,
-                      confidence: float = CONFIDENCE) -> dict[str, float]:
-    """A ratio from per-repeat log ratios: geometric-mean ratio, t-interval, p-value against
-    `reference`, and the smallest detectable ratio (as a factor >= 1: e.g. 1.08 = 8%)."""
+                      confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """A ratio from per-repeat log ratios: geometric-mean ratio (`ratio`, the centre of the
+    interval), the t-interval at `confidence`, the one-sided p-values against `reference`
+    (`p_greater`: H0 ratio <= reference; `p_less`: H0 ratio >= reference; `p_value`: two-sided),
+    `zero_width` when every repeat gave the same ratio (then no p-value: no test), and the smallest
+    detectable ratio (as a factor >= 1: e.g. 1.08 = 8%) at the interval's level, power 80%."""
     x = np.asarray(logs, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
     ref = math.log(reference)
     m, lo, hi, se = _t_interval(x, confidence)
     sd = float(x.std(ddof=1)) if n > 1 else float("nan")
-    if n < 2:
-        p = float("nan")
-    elif se == 0.0:
-        p = 0.0 if m != ref else 1.0
-    else:
-        p = float(2 * sps.t.sf(abs((m - ref) / se), n - 1))
+    p_greater, p_less = _one_sided(m, se, n, ref)
+    p = min(1.0, 2 * min(p_greater, p_less)) if math.isfinite(p_greater) else float("nan")
     mde = detectable_log_effect(sd, n, 1 - confidence)
     ex = lambda v: math.exp(v) if math.isfinite(v) else float("nan")  # noqa: E731
-    return {"n": n, "ratio": ex(m), "ci_low": ex(lo), "ci_high": ex(hi), "p_value": p,
+    return {"n": n, "ratio": ex(m), "ci_low": ex(lo), "ci_high": ex(hi), "confidence": confidence,
+            "p_value": p, "p_greater": p_greater, "p_less": p_less, "zero_width": bool(n >= 2 and se == 0.0),
             "sd_log": sd, "detectable_ratio": ex(mde), "reference": reference}
 
 
 def paired_ratio(a_by_repeat, b_by_repeat, reference: float = 1.0,
-                 confidence: float = CONFIDENCE) -> dict[str, float]:
-    """a / b over repeats, paired by repeat: t-interval on the log of the per-repeat ratios."""
-    return log_ratio_summary(_paired_logs(a_by_repeat, b_by_repeat), reference, confidence)
+                 confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """a / b over repeats, paired by repeat: t-interval on the log of the per-repeat ratios, with the
+    pairs that had no log counted (`n_pairs`, `n_nonpositive`, `n_undefined`)."""
+    pairs = paired_logs(a_by_repeat, b_by_repeat)
+    out = log_ratio_summary(pairs["logs"], reference, confidence)
+    out.update(n_pairs=pairs["n_pairs"], n_nonpositive=pairs["n_nonpositive"], n_undefined=pairs["n_undefined"])
+    return out
 
 
 def tost(logs: Sequence[float] | np.ndarray, margin: float, reference: float = 1.0,
-         alpha: float = ALPHA) -> dict[str, float]:
+         alpha: float = ALPHA) -> dict[str, Any]:
     """Two one-sided t-tests that a ratio lies within [reference / (1 + margin), reference *
     (1 + margin)] (symmetric on the log). `equivalent` when both p-values are below alpha, which is
-    the (1 - 2 alpha) interval lying inside the margin."""
+    the (1 - 2 alpha) interval (`ci90_low`, `ci90_high` at the default alpha) lying inside the margin.
+    `p_outside` is the one-sided p-value of the opposite claim, that the ratio lies outside the
+    margin (below it or above it, whichever the estimate is nearer): it is below alpha when that
+    interval lies wholly outside. A zero-width interval (every repeat equal) gives no test."""
     if not margin > 0:
         raise ValueError(f"an equivalence margin must be > 0, got {margin!r}")
     x = np.asarray(logs, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
     ref, d = math.log(reference), math.log1p(margin)
+    nan = float("nan")
     if n < 2:
-        return {"n": n, "p_value": float("nan"), "equivalent": False, "ci90_low": float("nan"),
-                "ci90_high": float("nan"), "margin": margin}
+        return {"n": n, "p_value": nan, "p_outside": nan, "equivalent": False, "ci90_low": nan,
+                "ci90_high": nan, "confidence": 1 - 2 * alpha, "margin": margin, "zero_width": False}
     m, lo, hi, se = _t_interval(x, 1 - 2 * alpha)
-    if se == 0.0:
-        p = 0.0 if abs(m - ref) < d else 1.0
-    else:
-        p_low = sps.t.sf((m - (ref - d)) / se, n - 1)     # H0: ratio <= lower bound
-        p_high = sps.t.cdf((m - (ref + d)) / se, n - 1)   # H0: ratio >= upper bound
-        p = float(max(p_low, p_high))
-    return {"n": n, "p_value": p, "equivalent": bool(p < alpha), "ci90_low": math.exp(lo),
-            "ci90_high": math.exp(hi), "margin": margin}
+    p_above_low, p_below_low = _one_sided(m, se, n, ref - d)     # H0: ratio <= lower bound / >= it
+    p_above_high, p_below_high = _one_sided(m, se, n, ref + d)   # H0: ratio <= upper bound / >= it
+    p = max(p_above_low, p_below_high) if se > 0 else nan
+    p_outside = min(p_below_low, p_above_high) if se > 0 else nan
+    return {"n": n, "p_value": p, "p_outside": p_outside, "equivalent": bool(p < alpha),
+            "ci90_low": math.exp(lo), "ci90_high": math.exp(hi), "confidence": 1 - 2 * alpha,
+            "margin": margin, "zero_width": bool(se == 0.0)}
+
+
+def sign_test(values: Sequence[float] | np.ndarray, reference: float,
+              confidence: float = 1 - 2 * ALPHA) -> dict[str, Any]:
+    """How many repeats lie above and below `reference`, with exact one-sided binomial p-values
+    (the sign test; under H0 a repeat is on a given side with probability at most 1/2):
+    `p_greater` (H0: the figure's median <= reference), `p_less` (H0: median >= reference), and the
+    Clopper-Pearson intervals at `confidence` for the share of repeats above (`share_low`,
+    `share_high`) and below (`below_share_low`, `below_share_high`). A value equal to the
+    reference counts on neither side; a NaN (a figure undefined in that repeat: 0 / 0) counts in n
+    on neither side, so it weighs against both claims. Three repeats all above give p = 0.125."""
+    x = np.asarray(values, dtype=float)
+    n = int(x.size)
+    above = int(np.sum(x > reference))
+    below = int(np.sum(x < reference))
+    if n == 0:
+        nan = float("nan")
+        return {"n": 0, "above": 0, "below": 0, "p_greater": nan, "p_less": nan, "share_low": nan,
+                "share_high": nan, "below_share_low": nan, "below_share_high": nan, "confidence": confidence}
+    up = sps.binomtest(above, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
+    down = sps.binomtest(below, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
+    return {"n": n, "above": above, "below": below,
+            "p_greater": float(sps.binomtest(above, n, 0.5, alternative="greater").pvalue),
+            "p_less": float(sps.binomtest(below, n, 0.5, alternative="greater").pvalue),
+            "share_low": float(up.low), "share_high": float(up.high),
+            "below_share_low": float(down.low), "below_share_high": float(down.high), "confidence": confidence}
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family).
+
+    Rejecting where the adjusted p < alpha keeps the family-wise error rate (the chance of at least
+    one false rejection) at alpha under any dependence between the tests; the adjusted p-values are
+    monotone in the raw ones and never below them."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    m = idx.size
+    if m == 0:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    running = 0.0
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (m - i) * float(p[j])))
+        out[j] = running
+    return out

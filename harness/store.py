@@ -1,5 +1,13 @@
 """The run store: `data/runs/<run-id>/`, written aside and renamed into place only when complete.
 
+Where runs live (issue 23 point 3), each found by `open_run` and listed by `list_runs`:
+    data/reference/<run-id>/   the one reference run, raw data and all (committed)
+    data/history/<run-id>/     earlier committed runs: manifest.json and summary.json only
+    data/runs/<run-id>/        new runs, raw data and all (git-ignored working area); `latest`
+`promote()` makes a run of data/runs the reference and moves the old reference's manifest and
+summary to data/history. Summaries are read through `load_summary()`, which upgrades every older
+summary format to the current one with `upgrade_summary()`.
+
 Layout of one run:
     manifest.json                       format version, run id, profile, parameters, status, metadata
     <experiment>/r<k>/<table>.parquet   raw tables of repeat k (see experiments/base.py)
@@ -56,6 +64,29 @@ def default_data_dir() -> Path:
 
 def runs_dir(data_dir: Path | None = None) -> Path:
     return Path(data_dir or default_data_dir()) / "runs"
+
+
+# Where runs live, in the order a run id is looked up (a run in two places: its copy with raw data).
+LOCATIONS = ("reference", "runs", "history")
+COMMITTED = ("reference", "history")
+
+
+def location_dir(where: str, data_dir: Path | None = None) -> Path:
+    if where not in LOCATIONS:
+        raise HarnessError(f"unknown run location {where!r}; one of {', '.join(LOCATIONS)}")
+    return Path(data_dir or default_data_dir()) / where
+
+
+def location_of(path: Path, data_dir: Path | None = None) -> str:
+    """`reference`, `history` or `runs` for a run directory in one of them (of `data_dir` when given,
+    else of any data directory), else `elsewhere`."""
+    parent = Path(path).resolve().parent
+    if data_dir is None:
+        return parent.name if parent.name in LOCATIONS else "elsewhere"
+    for where in LOCATIONS:
+        if parent == location_dir(where, data_dir).resolve():
+            return where
+    return "elsewhere"
 
 
 def check_writable(data_dir: Path | None = None) -> Path:
@@ -166,7 +197,12 @@ class Run:
         manifest_path = self.path / "manifest.json"
         if not manifest_path.exists():
             raise HarnessError(f"{self.path} is not a run (no manifest.json)")
-        self.manifest = json.loads(manifest_path.read_text())
+        try:
+            self.manifest = json.loads(manifest_path.read_text())
+        except ValueError as e:
+            raise HarnessError(f"{manifest_path}: malformed manifest.json ({str(e).splitlines()[0]})") from None
+        if not isinstance(self.manifest, dict):
+            raise HarnessError(f"{manifest_path}: malformed manifest.json (not a JSON object)")
         version = self.manifest.get("format_version")
         if version not in READABLE_FORMATS:
             raise HarnessError(f"{self.path}: run format {version} is not a format this harness "
@@ -235,14 +271,32 @@ class Run:
         f = self.path / experiment / f"r{repeat}" / "result.json"
         return json.loads(f.read_text()) if f.exists() else {}
 
+    def has_raw_data(self) -> bool:
+        """Whether any experiment kept a repeat directory (a history run keeps only its summary)."""
+        return any(self.repeat_dirs(name) for name in self.experiments)
+
     def server_label(self, role: str) -> str:
         """e.g. 'FerretDB v1.24.2 on PostgreSQL 15.18' or 'MongoDB 8.2.1': never one for the other."""
         ident = self.manifest.get("servers", {}).get(role) or {}
         return ident.get("label", "unknown server")
 
 
+def _run_dirs(where: str, data_dir: Path | None = None) -> list[Path]:
+    root = location_dir(where, data_dir)
+    if not root.is_dir():
+        return []
+    return sorted(d for d in root.iterdir()
+                  if not d.is_symlink() and d.is_dir() and (d / "manifest.json").exists())
+
+
+def _bare_id(name: str) -> str:
+    return name[len(INCOMPLETE_PREFIX):] if name.startswith(INCOMPLETE_PREFIX) else name
+
+
 def open_run(ref: str | Path | None = None, data_dir: Path | None = None) -> Run:
-    """A run by path, by id, or (None / 'latest') the newest complete one."""
+    """A run by path; by id, or a unique prefix or suffix of one (`55e0`), in data/reference,
+    data/runs or data/history (a run kept in two of them: the copy with raw data); or (None /
+    'latest') the newest complete run of data/runs."""
     root = runs_dir(data_dir)
     if ref is None or str(ref) == "latest":
         link = root / "latest"
@@ -252,31 +306,166 @@ def open_run(ref: str | Path | None = None, data_dir: Path | None = None) -> Run
     p = Path(ref)
     if p.is_dir():
         return Run(p)
-    if (root / str(ref)).is_dir():
-        return Run(root / str(ref))
-    raise HarnessError(f"no run {str(ref)!r}: not a directory, nor a run id in {root}")
+    text = str(ref)
+    for where in LOCATIONS:
+        if (location_dir(where, data_dir) / text).is_dir():
+            return Run(location_dir(where, data_dir) / text)
+    if text and "/" not in text:
+        matches: dict[str, Path] = {}
+        for where in LOCATIONS:
+            for d in _run_dirs(where, data_dir):
+                name = _bare_id(d.name)
+                if name.startswith(text) or name.endswith(text):
+                    matches.setdefault(d.name, d)
+        if len(matches) == 1:
+            return Run(next(iter(matches.values())))
+        if len(matches) > 1:
+            raise HarnessError(f"run {text!r} is ambiguous: it matches {', '.join(sorted(matches))}; "
+                               "give more of the id")
+    places = ", ".join(str(location_dir(w, data_dir)) for w in LOCATIONS)
+    raise HarnessError(f"no run {text!r}: not a directory, nor a run id (or a unique part of one) in {places}")
 
 
-def list_runs(data_dir: Path | None = None) -> list[dict[str, Any]]:
+def list_runs(data_dir: Path | None = None, where: tuple[str, ...] = LOCATIONS) -> list[dict[str, Any]]:
     """Every stored run, oldest first, interrupted and incomplete ones included: run_id, status,
-    has_failures, profile, path, and per experiment its status, cell counts and first reasons."""
-    root = runs_dir(data_dir)
+    has_failures, profile, path, `where` it lives (reference, history, runs), `has_summary`, and per
+    experiment its status, cell counts and first reasons."""
     out = []
-    for d in sorted(root.iterdir()) if root.exists() else []:
-        if d.is_symlink() or not d.is_dir() or not (d / "manifest.json").exists():
-            continue
-        try:
-            m = json.loads((d / "manifest.json").read_text())
-        except ValueError:
-            out.append({"run_id": d.name, "status": "unreadable", "profile": None, "path": str(d),
-                        "experiments": {}, "has_failures": None})
-            continue
-        status = m.get("status")
-        if d.name.startswith(INCOMPLETE_PREFIX) and status in ("running", None):
-            status = "incomplete"   # the process that wrote it is gone (or still running)
-        out.append({"run_id": m.get("run_id"), "status": status, "profile": m.get("profile"),
-                    "path": str(d), "has_failures": m.get("has_failures"),
-                    "experiments": {n: {"status": e.get("status"), "cells": e.get("cells", {}),
-                                        "reasons": e.get("reasons", [])}
-                                    for n, e in m.get("experiments", {}).items()}})
+    for place in where:
+        for d in _run_dirs(place, data_dir):
+            base = {"path": str(d), "where": place, "has_summary": (d / "summary.json").exists()}
+            try:
+                m = json.loads((d / "manifest.json").read_text())
+            except ValueError:
+                out.append({"run_id": d.name, "status": "unreadable", "profile": None, "experiments": {},
+                            "has_failures": None, **base})
+                continue
+            status = m.get("status")
+            if d.name.startswith(INCOMPLETE_PREFIX) and status in ("running", None):
+                status = "incomplete"   # the process that wrote it is gone (or still running)
+            out.append({"run_id": m.get("run_id"), "status": status, "profile": m.get("profile"),
+                        "has_failures": m.get("has_failures"), **base,
+                        "experiments": {n: {"status": e.get("status"), "cells": e.get("cells", {}),
+                                            "reasons": e.get("reasons", [])}
+                                        for n, e in m.get("experiments", {}).items()}})
+    return sorted(out, key=lambda r: (_bare_id(Path(r["path"]).name), LOCATIONS.index(r["where"])))
+
+
+# -- summaries: one reader, every format upgraded to the current one --------------------------------
+
+SUMMARY_VERSION = 2   # the summary format `load_summary` returns (docs/FORMAT.md keeps the history)
+SUMMARY_VERSIONS = (1, 2)
+
+
+def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
+    """A summary of any readable version in the current version's shape (a new dict; `d` is left as
+    it is). Version 1 (runs before issue 22) lacks what version 2 adds; it is filled in from what
+    version 1 has and marked so:
+    - metric rows: `estimate` := the median (version 1 kept no estimate that belongs to the interval),
+      `estimate_from` = "median (v1)";
+    - claim rows: `verdict_raw` := `verdict` (no correction was applied), `n_used` := `n_ran` := `n`,
+      `estimate` := `value`, `ci_level` = 0.95 (the interval version 1 stored), `p_adjusted` = null.
+    A summary with no version is version 1. A HarnessError (one line, naming `source`) for anything
+    that is not a summary, or a version this harness does not read."""
+    if not isinstance(d, dict):
+        raise HarnessError(f"{source}: malformed summary: expected a JSON object, got {type(d).__name__}")
+    version = d.get("summary_version", 1)
+    if version not in SUMMARY_VERSIONS:
+        raise HarnessError(f"{source}: summary version {version!r} is not one this harness reads "
+                           f"({', '.join(map(str, SUMMARY_VERSIONS))})")
+    for key in ("metrics", "claims"):
+        rows = d.get(key, [])
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise HarnessError(f"{source}: malformed summary: `{key}` is not a list of rows")
+    out = dict(d)
+    metrics = [dict(r) for r in d.get("metrics", [])]
+    claims = [dict(r) for r in d.get("claims", [])]
+    if version == 1:
+        for r in metrics:
+            r.setdefault("estimate", r.get("median"))
+            r.setdefault("estimate_from", "median (v1)")
+        for r in claims:
+            r.setdefault("verdict_raw", r.get("verdict"))
+            r.setdefault("n_used", r.get("n"))
+            r.setdefault("n_ran", r.get("n"))
+            r.setdefault("estimate", r.get("value"))
+            r.setdefault("ci_level", 0.95)
+            r.setdefault("p_adjusted", None)
+        out["upgraded_from"] = version
+    out.update(summary_version=SUMMARY_VERSION, metrics=metrics, claims=claims)
     return out
+
+
+def summary_path(where: Run | Path) -> Path:
+    p = where.path if isinstance(where, Run) else Path(where)
+    return p if p.suffix == ".json" else p / "summary.json"
+
+
+def load_summary(where: Run | Path) -> dict[str, Any]:
+    """A run's summary.json (a Run, its directory, or the file), upgraded to the current version:
+    the only way `harness show`, `history` and `compare` read a summary. One-line HarnessError for a
+    missing or malformed file."""
+    f = summary_path(where)
+    if not f.exists():
+        raise HarnessError(f"{f.parent}: no summary.json (a run with raw data gets one from "
+                           f"`python -m harness summarise {f.parent.name}`)")
+    try:
+        d = json.loads(f.read_text())
+    except ValueError as e:
+        raise HarnessError(f"{f}: malformed summary.json ({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise HarnessError(f"{f}: cannot read ({e.strerror or type(e).__name__})") from None
+    return upgrade_summary(d, str(f))
+
+
+# -- promotion: a new run becomes the reference ------------------------------------------------------
+
+def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
+    """Make run `ref` (a complete run of data/runs, with raw data and summary.json) the reference:
+    the current reference's manifest.json and summary.json go to data/history/<id>/ and its raw
+    data to data/runs/<id>/ (the ignored working area: nothing is deleted; `git rm` takes it out
+    of the tree); the new run moves to data/reference/<id>/. Everything is checked before anything
+    moves; each move is a rename. Returns one line per move."""
+    run = open_run(ref, data_dir)
+    where = location_of(run.path, data_dir)
+    if where != "runs":
+        raise HarnessError(f"run {run.id} is in {run.path.parent}, not in {runs_dir(data_dir)}: only a new "
+                           "run can be promoted")
+    if run.path.name.startswith(INCOMPLETE_PREFIX) or run.manifest.get("status") != "complete":
+        raise HarnessError(f"run {run.id} is {run.manifest.get('status')}: only a complete run can become "
+                           "the reference")
+    load_summary(run)   # it must have a readable summary
+    if not run.has_raw_data():
+        raise HarnessError(f"run {run.id} has no raw data: the reference keeps its raw tables")
+    ref_root, hist_root, work_root = (location_dir(w, data_dir) for w in ("reference", "history", "runs"))
+    current = _run_dirs("reference", data_dir)
+    if len(current) > 1:
+        raise HarnessError(f"{ref_root} holds {len(current)} runs ({', '.join(d.name for d in current)}); "
+                           "it must hold one: move the others by hand first")
+    moves = []
+    old = current[0] if current else None
+    if old is not None:
+        load_summary(old)
+        for dest in (hist_root / old.name, work_root / old.name):
+            if dest.exists():
+                raise HarnessError(f"{dest} already exists: not overwriting it")
+        hist_root.mkdir(parents=True, exist_ok=True)
+        tmp = hist_root / f"{INCOMPLETE_PREFIX}{old.name}"
+        tmp.mkdir(exist_ok=True)
+        for name in ("manifest.json", "summary.json"):
+            (tmp / name).write_bytes((old / name).read_bytes())
+        os.rename(tmp, hist_root / old.name)
+        moves.append(f"{old.name}: manifest.json and summary.json -> {hist_root / old.name}")
+        os.rename(old, work_root / old.name)
+        moves.append(f"{old.name}: raw data -> {work_root / old.name} (git-ignored; `git rm -r --cached "
+                     f"{old}` takes it out of the tree)")
+    ref_root.mkdir(parents=True, exist_ok=True)
+    was_latest = (work_root / "latest").resolve() == run.path.resolve()
+    os.rename(run.path, ref_root / run.path.name)
+    moves.append(f"{run.id}: -> {ref_root / run.path.name} (the reference)")
+    if was_latest:   # `latest` follows it
+        link, tmp_link = work_root / "latest", work_root / f".latest-{run.id}"
+        tmp_link.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(ref_root / run.path.name, work_root), tmp_link)
+        os.replace(tmp_link, link)
+    return moves

@@ -92,7 +92,7 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
     """One repeat in a fresh worker process, bounded by the experiment's `timeout_s`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = RepeatSpec(experiment=p.experiment.name, params=p.params.to_dict(), servers=stack.to_json(),
-                      out_dir=str(out_dir), repeat=repeat)
+                      out_dir=str(out_dir), repeat=repeat, known_variants=list(known_variants or []))
     result_path = out_dir / "result.json"
     child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
                                 result_path=result_path, log_path=out_dir / "worker.log",
@@ -116,17 +116,6 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
     result.setdefault("measured_s", 0.0)
     write_json_atomic(result_path, result)
     return result
-
-
-def _servers_alive(stack: ServerStack, needs: tuple[str, ...]) -> str | None:
-    try:
-        if "mongodb" in needs:
-            servers.check_mongodb(stack.mongodb_uri, "MongoDB server")
-        if "postgres" in needs:
-            servers.check_postgres(stack.postgres_dsn, "PostgreSQL server")
-    except HarnessError as e:
-        return str(e)
-    return None
 
 
 def reset_server_state(stack: ServerStack) -> dict[str, Any]:
@@ -216,6 +205,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         "command": sys.argv, "overrides": overrides or {},
         "experiments": {p.experiment.name: {"title": p.experiment.title, "needs": list(p.experiment.needs),
                                             "params": p.params.to_dict(), "repeats_planned": p.repeats,
+                                            "version": registry.version(p.experiment.name, p.params),
                                             "status": "pending"}
                         for p in planned},
         "schedule": [[p.experiment.name, k] for p, k in order],
@@ -297,7 +287,7 @@ def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: Serv
         if restarted:
             m.setdefault("server_restarts", []).append({"before": f"{name} r{k}", "what": restarted})
             emit("servers_restarted", {"experiment": name, "restarted": restarted})
-        dead = _servers_alive(stack, p.experiment.needs)
+        dead = servers.not_answering(stack, p.experiment.needs)
         result: dict[str, Any]
         if dead:
             result = {"status": "failed", "error": dead, "measured_s": 0.0,

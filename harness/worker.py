@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from . import interpreters, registry
-from .experiments.base import Context, Experiment, Params
+from .experiments.base import Context, Experiment, Params, ServersDown
 from .measure import error_text
 from .processes import child_main
 from .servers import ServerStack
@@ -35,6 +35,8 @@ class RepeatSpec:
     servers: dict[str, Any]       # ServerStack.to_json()
     out_dir: str
     repeat: int
+    # the variants of earlier repeats: names the cells a server's death leaves unrun (`ServersDown`)
+    known_variants: list[str] = field(default_factory=list)
 
 
 def params_from_dict(exp: Experiment, values: dict[str, Any]) -> Params:
@@ -53,10 +55,13 @@ def run_spec(spec: RepeatSpec) -> dict[str, Any]:
                               "started_at": time.time(), "interpreter": interpreters.runtime_record()}
     ctx = Context(exp, params_from_dict(exp, spec.params), ServerStack.from_json(spec.servers), out_dir,
                   spec.repeat)
-    crash = None
+    crash = down = None
     try:
         exp.run(ctx)
         result["status"] = "ok"
+    except ServersDown as e:  # the cells already run keep their own status; the rest fail with this
+        down = str(e)
+        result.update(status="failed", error=down)
     except BaseException as e:  # recorded, not raised: the study goes on with the next experiment
         crash = error_text(e, 2000)
         result.update(status="failed", error=crash, traceback=traceback.format_exc())
@@ -66,6 +71,9 @@ def run_spec(spec: RepeatSpec) -> dict[str, Any]:
         crash = crash or f"writing tables failed: {error_text(e)}"
         result.update(status="failed", error=crash)
     result["cells"] = cells(ctx, crash)
+    if down is not None:
+        ran = {c["variant"] for c in result["cells"]}
+        result["cells"] += failed_cells([v for v in spec.known_variants if v not in ran], down)
     result["cell_status"] = experiment_status(result["cells"])
     result["measured_s"] = measured_s(ctx)
     result["finished_at"] = time.time()

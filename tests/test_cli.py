@@ -22,7 +22,8 @@ def harness(*args, env=None, timeout=120):
 def test_help_explains_every_command():
     out = harness("--help")
     assert out.returncode == 0
-    for cmd in ("list", "run", "servers", "report", "study", "runs"):
+    for cmd in ("list", "run", "servers", "report", "study", "runs", "show", "compare", "history", "summarise",
+                "promote"):
         assert cmd in out.stdout
     run_help = harness("run", "--help").stdout
     for opt in ("--profile", "--repeat", "--set"):
@@ -49,6 +50,11 @@ def test_list_shows_every_registered_experiment():
     (["run", "{exp}", "--set", "warmup_s=-1"], "parameter warmup_s must be zero or more, got -1.0"),
     (["run", "{exp}", "--set", "warmup_s=abc"], "parameter warmup_s must be float, got 'abc'"),
     (["report", "no-such-run"], "no run 'no-such-run'"),
+    (["show", "no-such-run"], "no run 'no-such-run'"),
+    (["summarise", "no-such-run"], "no run 'no-such-run'"),
+    (["promote", "no-such-run"], "no run 'no-such-run'"),
+    (["compare", "no-such-run", "latest"], "no run 'no-such-run'"),
+    (["history"], "no committed run"),
 ])
 def test_bad_input_gets_a_clear_error_without_traceback(args, message, tmp_path):
     exps = list(registry.all_experiments())

@@ -10,7 +10,15 @@ import time
 
 import pytest
 
-from harness.measure import CPUSampler, Window, thread_waits, waited_s
+from harness.measure import (
+    CPUSampler,
+    ProcessTimes,
+    Window,
+    completions_in_window,
+    thread_waits,
+    waited_s,
+    window_completed,
+)
 
 pytestmark = pytest.mark.skipif(not thread_waits(), reason="this kernel exposes no /proc/<pid>/task/*/schedstat")
 
@@ -72,3 +80,24 @@ def test_the_sampler_adds_up_a_role_s_waits_and_never_drops_them():
     # two spinners on one core: while both ran, each waited about half of the time
     assert waits[-1] - waits[0] > 0.2
     assert all(math.isnan(r["wait_s"]) for r in sampler.rows if r["role"] == "nobody")
+
+
+def test_throughput_counts_successes_that_end_inside_the_window_wherever_they_started():
+    ends = [0.5, 1.0, 1.5, 2.0, 3.5, 4.0]     # window [1, 3]: 1.0, 1.5 and 2.0 end inside
+    ok = [True, True, False, True, True, True]
+    assert completions_in_window(ends, ok, 1.0, 3.0) == 2
+
+
+def test_old_runs_fall_back_to_ops_and_say_so():
+    assert window_completed({"ops": 5, "completed": 7}) == (7, "ended in window")
+    assert window_completed({"ops": 5})[0] == 5
+    assert window_completed({"ops": 5, "completed": math.nan})[1].startswith("started and ended")
+
+
+def test_a_process_that_exits_keeps_its_last_reading():
+    child = subprocess.Popen([sys.executable, "-c", "sum(range(3_000_000))"])
+    times = ProcessTimes(child.pid)
+    child.wait()
+    before = times.read().snapshot()   # reaped: NoSuchProcess inside, the last reading stays
+    assert times.exited and times.read().snapshot() == before
+    assert before[0] >= 0.0

@@ -81,6 +81,8 @@ def test_pg_models_shape_and_sanity(models_run):
         if row["slow_ms"] > 0:  # every request held its connection at least through the pg_sleep
             assert (mine["hold_s"] >= row["slow_ms"] / 1000.0).all()
         assert row["ops"] == len(mine) and row["ops_all"] >= row["ops"]
+        # the throughput's count adds the requests in flight when the window opened (one a client)
+        assert row["ops"] < row["completed"] <= row["ops"] + row["clients"]
         assert row["cpu_s"] > 0 and abs(row["wall_s"] - p.duration_s) < 0.25
         assert row["cpu_wait_s"] >= 0   # measured (not NaN): the client's run-queue wait
         # connection-seconds held in the window: measured, and at most the pool's connection time
@@ -101,7 +103,7 @@ def test_pg_models_analysis(models_run, tmp_path):
     assert len(t) == len(w)
     for _, r in t.iterrows():
         win = w[w["variant"] == r["variant"]].iloc[0]
-        assert math.isclose(r["rps"], win["ops"] / win["wall_s"])
+        assert math.isclose(r["rps"], win["completed"] / win["wall_s"]) and r["rps_definition"] == "ended in window"
         assert r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"]
         assert r["cpu_us_per_req"] > 0 and r["pool_bound_rps"] > 0
         assert 0 < r["jain"] <= 1 and r["ops_per_client_min"] >= 1
@@ -142,7 +144,7 @@ def test_pg_ceiling_shape_and_sanity(ceiling_run):
         assert row["pool"] == row["clients"] and "no pool" in row["pool_note"]
         assert set(mine["task"]) == set(range(row["clients"]))
         assert (mine["latency_s"] > 0).all() and mine["ok"].all()
-        assert row["ops"] == len(mine) > 0
+        assert row["ops"] == len(mine) > 0 and row["ops"] < row["completed"] <= row["ops"] + row["clients"]
         # The server's CPU is read in 10 ms kernel ticks per process: a smoke-sized window of light
         # transactions can round to zero; it must still be measured (not NaN) and never negative.
         assert row["cpu_s"] > 0 and row["server_cpu_s"] >= 0

@@ -103,3 +103,34 @@ def test_schema_check_names_the_table_and_columns(table, frame, words):
         check_table("x", SCHEMA, table, frame)
     message = str(info.value)
     assert table in message and all(w in message for w in words), message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_version_hashes_the_experiments_code_and_its_resolved_parameters(name):
+    exp = registry.get(name)
+    sources = registry.version_sources(name)
+    assert type(exp).__module__ in sources and exp.analysis in sources, list(sources)
+    assert "harness.experiments.base" not in sources and "harness.stats" not in sources
+    full, smoke = exp.params("full"), exp.params("smoke")
+    v = registry.version(name, full)
+    assert len(v) == registry.VERSION_CHARS and v == registry.version(name, full.to_dict())
+    if full.to_dict() != smoke.to_dict():
+        assert registry.version(name, smoke) != v, "the parameters are part of the version"
+
+
+def test_version_follows_the_workload_modules_an_experiment_uses(monkeypatch, tmp_path):
+    assert {"harness.mongo_workload", "harness.datasets"} <= set(registry.version_sources("mongo_pool"))
+    assert "harness.pg_workload" not in registry.version_sources("mongo_pool")
+    # a module run as a child ("harness.departures_child") and a package used by name (the FastAPI app
+    # and the locustfile beside it) count too
+    assert "harness.departures_child" in registry.version_sources("departures")
+    assert {"harness.apps.listings_api", "harness.apps.locustfile", "harness.experiments.fastapi_params"} \
+        <= set(registry.version_sources("fastapi_locust"))
+    # editing a workload module's source changes the version
+    params = registry.get("mongo_pool").params("full")
+    before = registry.version("mongo_pool", params)
+    real = registry.version_sources("mongo_pool")
+    copy = tmp_path / "mongo_workload.py"
+    copy.write_text(real["harness.mongo_workload"].read_text() + "\n# changed\n")
+    monkeypatch.setattr(registry, "version_sources", lambda name: {**real, "harness.mongo_workload": copy})
+    assert registry.version("mongo_pool", params) != before

@@ -3,6 +3,7 @@ one self-contained HTML file that headless Chromium renders with its figures."""
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import math
 import os
@@ -10,13 +11,14 @@ import re
 import shutil
 import statistics
 import subprocess
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
 import pytest
 
-from harness import notebook, registry, report, store
+from harness import findings, notebook, registry, report, store
 from harness.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +54,7 @@ def built(smoke_run, tmp_path_factory):
 
 def test_notebooks_are_parameterised_and_committed_without_outputs():
     nbs = report.notebooks()
-    assert nbs[0].name == "00_summary.ipynb"
+    assert nbs[0].name == "00_findings.ipynb", "the report opens with the findings"
     for path in nbs:
         nb = nbformat.read(path, as_version=4)
         tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -167,6 +169,35 @@ def test_html_report_renders_its_figures_in_chromium(built, tmp_path):
         assert path.name in dom, f"{path.name} is missing from the report"
     assert "failed:" not in dom.split("</ol>", 1)[0], "the report lists a failed notebook"
     assert built.run.id in dom
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def test_rendered_report_opens_with_findings_and_no_table_shows_nan(built, tmp_path):
+    """Read the page as Chromium renders it (not the notebooks): the first section after the report's
+    title is Findings, it holds a verdict for every lesson, and no table cell anywhere reads NaN."""
+    r = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                        "--dump-dom", built.index.resolve().as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    assert r.returncode == 0 and "<body" in dom, f"chromium failed ({r.returncode}): {r.stderr[-2000:]}"
+    titles = [(m.start(), _text(m.group(1))) for m in re.finditer(r"<h1\b[^>]*>(.*?)</h1>", dom, re.S)]
+    assert len(titles) >= 3, f"the rendered report has too few sections: {[t for _, t in titles]}"
+    assert titles[0][1].startswith("A reproducible performance study"), titles[0]
+    assert titles[1][1] == "Findings", f"the first section is {titles[1][1]!r}, not Findings"
+    section = dom[titles[1][0]:titles[2][0]]
+    for lesson in findings.LESSONS:
+        assert html_lib.escape(lesson.words, quote=False)[:60] in section, f"{lesson.id} is not in Findings"
+    assert section.count('class="verdict-badge"') == len(findings.LESSONS), "a lesson has no verdict badge"
+    # the starvation bars, the stall probe, throughput against the pool bound, the staircase
+    assert section.count("<img") >= 4, "the Findings section lacks one of its four figures"
+    cells = [(m.start(), _text(m.group(2))) for m in re.finditer(r"<t([dh])\b[^>]*>(.*?)</t\1>", dom, re.S)]
+    assert cells, "the rendered report has no table"
+    nan = Counter(next(t for pos, t in reversed(titles) if pos < at) for at, c in cells
+                  if re.search(r"\bnan\b", c, re.I))
+    assert not nan, f"table cells show NaN, per section: {dict(nan)}"
 
 
 def test_code_is_hidden_unless_asked_for(built, tmp_path):

@@ -1,5 +1,7 @@
 """The one place statistics are computed: checked against values derivable by hand."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -111,11 +113,61 @@ def test_paired_ratio_pairs_by_repeat():
     b = {0: 100.0, 1: 200.0, 2: 150.0, 3: 125.0, 9: 1.0}  # repeat 9 has no partner: ignored
     r = stats.paired_ratio(a, b)
     assert r["n"] == 4 and r["ratio"] == pytest.approx(2.0)
-    assert r["ci_low"] == pytest.approx(2.0) and r["ci_high"] == pytest.approx(2.0) and r["p_value"] == 0.0
+    assert r["ci_low"] == pytest.approx(2.0) and r["ci_high"] == pytest.approx(2.0)
+    # every repeat equal: a zero-width interval is no test (issue 22): no p-value, flagged
+    assert r["zero_width"] and np.isnan(r["p_value"]) and np.isnan(r["p_greater"])
     noisy = stats.paired_ratio([2.0, 2.2, 1.8], [1.0, 1.0, 1.0])
     assert noisy["ci_low"] < 2.0 < noisy["ci_high"] and noisy["detectable_ratio"] > 1.0
     with pytest.raises(ValueError):
         stats.paired_ratio([1.0, 2.0], [1.0])
+
+
+def test_pairs_without_a_log_are_counted_not_dropped_silently():
+    r = stats.paired_ratio({0: 2.0, 1: 0.0, 2: 4.0, 3: 3.0}, {0: 1.0, 1: 1.0, 2: 0.0, 3: float("nan")})
+    assert r["n"] == 1 and r["n_pairs"] == 3 and r["n_nonpositive"] == 2 and r["n_undefined"] == 1
+
+
+def test_one_sided_p_values_match_the_interval():
+    from scipy import stats as sps
+
+    logs = np.log([1.10, 1.05, 1.12, 1.02, 1.08])
+    r = stats.log_ratio_summary(logs, confidence=0.90)
+    t = logs.mean() / (logs.std(ddof=1) / np.sqrt(5))
+    assert r["p_greater"] == pytest.approx(sps.t.sf(t, 4)) and r["p_less"] == pytest.approx(sps.t.cdf(t, 4))
+    assert r["p_value"] == pytest.approx(2 * min(r["p_greater"], r["p_less"]))
+    assert (r["p_greater"] < 0.05) == (r["ci_low"] > 1.0)   # one-sided 5% <=> the 90% interval clears 1
+
+
+def test_sign_test_counts_repeats_with_exact_binomial_p_values():
+    s = stats.sign_test([1.0, 1.0, 1.0], 0.9)
+    assert (s["above"], s["below"]) == (3, 0) and s["p_greater"] == pytest.approx(0.125)
+    assert s["p_less"] == pytest.approx(1.0) and s["share_low"] > 0 and s["share_high"] == 1.0
+    z = stats.sign_test([0.0, 0.0, 2.0, 3.0, 0.0, float("nan")], 1.0)   # zeros count below, NaN on neither side
+    assert (z["n"], z["above"], z["below"]) == (6, 2, 3)
+    assert z["p_less"] == pytest.approx(sum(math.comb(6, k) for k in range(3, 7)) / 64)
+
+
+def test_holm_adjusts_by_hand_and_never_lowers_a_p_value():
+    raw = [0.01, 0.04, 0.03, 0.005]
+    adj = stats.holm(raw)
+    # sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 -> max(0.04, 0.06) = 0.06
+    assert adj.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert all(a >= r for a, r in zip(adj, raw))
+    assert np.isnan(stats.holm([float("nan"), 0.01])[0]) and stats.holm([float("nan"), 0.01])[1] == 0.01
+
+
+def test_the_estimate_is_the_centre_of_its_interval_not_the_median():
+    """The median may lie outside the interval of the geometric mean; the estimate never does."""
+    values = [1.0] * 5 + [2.0] * 4
+    s = stats.summarise(values)
+    assert s["estimate"] == pytest.approx(np.exp(np.mean(np.log(values))))
+    assert s["ci_low"] <= s["estimate"] <= s["ci_high"]
+    assert s["median"] == 1.0 and s["median"] < s["ci_low"]
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        x = rng.lognormal(0, 1, size=int(rng.integers(2, 8)))
+        s = stats.summarise(x)
+        assert s["ci_low"] <= s["estimate"] <= s["ci_high"]
 
 
 def test_detectable_effect_shrinks_with_more_repeats():
@@ -132,6 +184,9 @@ def test_tost_equivalence_inside_the_margin_only():
     assert not stats.tost(wide, 0.1)["equivalent"]
     with pytest.raises(ValueError):
         stats.tost(tight, 0.0)
+    assert stats.tost(shifted, 0.1)["p_outside"] < 0.05   # the 90% interval lies wholly above the margin
+    assert stats.tost(tight, 0.1)["p_outside"] > 0.5
+    assert stats.tost(tight, 0.1)["confidence"] == pytest.approx(0.90)
 
 
 def test_failures_are_censored_at_the_timeout_not_dropped():

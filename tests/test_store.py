@@ -213,3 +213,13 @@ def test_repeats_follow_the_profile_unless_overridden():
     assert {p.repeats for p in study.plan(list(registry.all_experiments()), "smoke")} == {1}
     assert {p.repeats for p in study.plan(list(registry.all_experiments()), "quick")} == {1}  # issue 10: quick <= 4 min
     assert {p.repeats for p in study.plan(["mongo_pool", "pg_models"], "full", repeat=2)} == {2}
+
+
+def test_a_malformed_manifest_is_one_line_naming_the_file(tmp_path):
+    d = tmp_path / "runs" / "broken"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text("{")
+    with pytest.raises(HarnessError, match="malformed manifest.json") as e:
+        store.open_run("broken", tmp_path)
+    assert "\n" not in str(e.value) and str(d / "manifest.json") in str(e.value)
+    assert [r["status"] for r in store.list_runs(tmp_path)] == ["unreadable"]

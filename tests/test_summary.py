@@ -9,10 +9,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from harness import calibration, cli, stats, store, summary
+from harness import calibration, cli, compare, stats, store, summary
 
-METRIC_KEYS = {"experiment", "variant", "metric", "unit", "median", "ci_low", "ci_high", "cv", "n_repeats",
-               "unstable", "normalised", "interpreter", "bottleneck"}
+METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", "ci_low", "ci_high", "ci_level",
+               "cv", "n_repeats", "unstable", "normalised", "interpreter", "bottleneck"}
+# what the findings generator reads from every claim row (summary.json version 2): never renamed
+CLAIM_KEYS = {"claim_id", "seed", "kind", "comparison", "section", "sentence", "verdict", "verdict_raw", "seed_value",
+              "seed_unit", "a_median", "b_median", "estimate", "ci_low", "ci_high", "ci_level", "n_used", "n_ran",
+              "reason", "p_value", "p_adjusted", "detectable", "band_low", "band_high", "margin", "reference",
+              "direction", "premise", "bottleneck_measured", "machine_dependent", "server", "interpreter", "missing"}
 
 
 def _run_dir(tmp_path, name: str, manifest: dict) -> store.Run:
@@ -52,6 +57,33 @@ def test_throughputs_are_normalised_by_the_matching_ceiling(tmp_path):
     assert calibration.ceiling_for("pg_models", None) == (None, "pgbench")
 
 
+def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):
+    """summary.json v2: `estimate` (the geometric mean) lies inside its interval; the median, beside
+    it, need not (issue 22, point 5)."""
+    run = _run_dir(tmp_path, "r", {})
+    values = [1.0] * 5 + [2.0] * 4
+    frame = pd.DataFrame([{"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
+                           "repeat": k, "value": v, "better": "lower", "bottleneck": ""} for k, v in enumerate(values)])
+    (row,) = summary.metric_rows(run, frame)
+    assert row["estimate"] == pytest.approx(stats.summarise(values)["estimate"])
+    assert row["ci_low"] <= row["estimate"] <= row["ci_high"] and row["ci_level"] == pytest.approx(0.95)
+    assert row["median"] == 1.0 < row["ci_low"]   # the median lies outside: it is labelled, not the estimate
+    assert summary.SUMMARY_VERSION == 2
+
+
+def test_claim_rows_carry_every_key_the_findings_read(tmp_path):
+    from harness import claims
+
+    run = _run_dir(tmp_path, "r", {})
+    ev = claims.evaluate(run, frame=pd.DataFrame(columns=["experiment", "variant", "metric", "unit", "repeat",
+                                                          "value", "better", "bottleneck"]))
+    rows = summary.claim_rows(ev)
+    assert rows and all(CLAIM_KEYS <= set(r) for r in rows)
+    assert all(isinstance(r["machine_dependent"], bool) for r in rows)
+    mc = ev.attrs["multiple_comparisons"]
+    assert mc["method"] == "holm" and mc["undone"] == [] and {"alpha", "tested", "undone"} <= set(mc)
+
+
 def test_summary_json_of_the_smoke_run(smoke_run):
     out = summary.write(smoke_run.path)
     text = (smoke_run.path / "summary.json").read_text()
@@ -64,14 +96,24 @@ def test_summary_json_of_the_smoke_run(smoke_run):
             assert r["ci_low"] <= r["ci_high"]
     pg = [r for r in out["metrics"] if r["experiment"] == "pg_models" and r["metric"] == "rps"]
     assert pg and all(r["bottleneck"] for r in pg), "pg_models rows name their limiting resource"
-    assert {"claim_id", "seed", "verdict", "value", "ci_low", "ci_high", "n"} <= set(out["claims"][0])
-    assert out["chance_wrong"]["expected_wrong"] == pytest.approx(0.05 * out["chance_wrong"]["judged_rows"])
+    assert out["summary_version"] == 2 and all(CLAIM_KEYS <= set(c) for c in out["claims"])
+    assert "chance_wrong" not in out
+    mc = out["multiple_comparisons"]
+    assert mc["method"] == "holm" and mc["alpha"] == 0.05 and set(mc["undone"]) <= {c["claim_id"] for c in out["claims"]}
+    for c in out["claims"]:
+        if c["claim_id"] in mc["undone"]:
+            assert c["verdict"] == "inconclusive" and c["verdict_raw"] != c["verdict"] and c["p_adjusted"] >= 0.05
+        if c["estimate"] is not None and c["ci_low"] is not None:
+            assert c["ci_low"] <= c["estimate"] <= c["ci_high"], c["claim_id"]
+    for r in out["metrics"]:
+        if r["ci_low"] is not None:
+            assert r["ci_low"] <= r["estimate"] <= r["ci_high"], r
     assert out["timing"]["experiments"] == smoke_run.manifest.get("timing", {})
     assert out["calibration"] == smoke_run.manifest.get("calibration", {})
 
 
 def test_compare_prints_both_runs_side_by_side(smoke_run):
-    df = summary.compare(summary.load(smoke_run), summary.load(smoke_run))
+    df = compare.compare(compare.summary_of(smoke_run), compare.summary_of(smoke_run))
     ratios = df[df["B/A"] != "—"]
     assert not ratios.empty and (ratios["B/A"] == "1.000").all()
     # no ratio only where the figure is zero (e.g. the failure rate of a clean smoke run)
@@ -91,10 +133,10 @@ def test_compare_agreement_says_which_of_absolute_and_normalised_agrees_better(t
         {"x": (100.0, 0.010), "y": (200.0, 0.020), "z": (300.0, 0.030), "w": (50.0, None)}), "claims": []}))
     (b.path / "summary.json").write_text(json.dumps({"metrics": metrics(
         {"x": (200.0, 0.010), "y": (440.0, 0.022), "z": (600.0, 0.030), "w": (500.0, None)}), "claims": []}))
-    agree = summary.compare_agreement(summary.load(a), summary.load(b))
+    agree = compare.compare_agreement(compare.summary_of(a), compare.summary_of(b))
     assert agree["n"] == 3  # w has no normalised value: left out of both measures
     assert agree["absolute"] == pytest.approx(1.0) and agree["normalised"] == pytest.approx(0.0)
-    assert "median |B/A - 1| 100.0% absolute, 0.0% normalised" in summary.compare_text(a, b)
+    assert "median |B/A - 1| 100.0% absolute, 0.0% normalised" in compare.compare_text(a, b)
     assert stats.median_relative_change([]) != stats.median_relative_change([])  # NaN: nothing to compare
 
 
@@ -109,7 +151,7 @@ def test_compare_counts_verdicts_that_move_and_those_that_contradict(tmp_path):
     (b.path / "summary.json").write_text(json.dumps({"metrics": [], "claims": claims(
         {"x-01": "reproduced", "x-02": "not reproduced", "x-03": "direction only", "x-04": "inconclusive",
          "x-05": "reproduced"})}))
-    df, counts = summary.compare_verdicts(summary.load(a), summary.load(b))
+    df, counts = compare.compare_verdicts(compare.summary_of(a), compare.summary_of(b))
     assert dict(zip(df["claim"], df["change"])) == {"x-01": "same", "x-02": "OPPOSED", "x-03": "moved",
                                                     "x-04": "moved", "x-05": "only in one run"}
     assert counts == {"same": 1, "moved": 2, "OPPOSED": 1, "only in one run": 1}

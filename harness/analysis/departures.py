@@ -3,7 +3,8 @@ each factor's main effect with its interval, and the verdict by the rule written
 
 Figures (contract C1; experiment `departures`):
 - variant `<family>_<model>[python=..,placement=..,rtt_ms=..]`, metric `cpu_us_per_req` (client
-  process CPU per completed request, us) and `throughput_rps` (req/s);
+  process CPU per completed request, us) and `throughput_rps` (req/s), both over the requests that
+  ended in the window (`completed`; `ops` for runs recorded before it, see `rps_definition`);
 - variant `<family>[python=..,placement=..,rtt_ms=..]` (a cell), metric `cpu_ratio_<async model>`:
   async / threads client CPU per request in that cell and repeat (mongo: `cpu_ratio_async`);
 - variant `<family>_<async model>[factor=<f>,level=<l>]`, metric `ratio_change`: the main effect of
@@ -39,6 +40,7 @@ from .. import ledger as ledger_file
 from .. import stats
 from ..errors import HarnessError
 from ..experiments.base import variant_id
+from ..measure import window_completed
 from ..store import Run
 from . import MetricRows
 
@@ -62,8 +64,11 @@ def windows(run: Run) -> pd.DataFrame:
     if w.empty:
         return w
     w = w.copy()
-    w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, int(o)) for c, o in zip(w["cpu_s"], w["ops"])]
-    w["throughput_rps"] = w["ops"] / w["wall_s"]
+    counted = [window_completed(row) for _, row in w.iterrows()]
+    w["completed"] = [n for n, _ in counted]
+    w["rps_definition"] = [how for _, how in counted]
+    w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, n) for c, n in zip(w["cpu_s"], w["completed"])]
+    w["throughput_rps"] = w["completed"] / w["wall_s"]
     return w
 
 

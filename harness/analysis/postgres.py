@@ -5,14 +5,20 @@ Every statistic comes from `harness.stats` (percentiles, fairness, CPU per opera
 repeats). Inputs are the raw tables of `pg_models` and `pg_ceiling` (see their module docstrings).
 
 Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
-- rps: successful requests in the measured window / window wall time (stats.throughput).
-- p50_ms, p99_ms, mean_ms: latency percentiles of the window's successful requests;
+- rps: successful requests that ENDED in the measured window (`completed`, wherever they started:
+  `measure.completions_in_window`, the definition every family shares) / window wall time
+  (stats.throughput); `rps_definition` says which count a row used: runs recorded before
+  `completed` existed fall back to `ops`, the requests that also started inside the window
+  (`measure.window_completed`). `requests` is that old count, `completed` the new one.
+- p50_ms, p99_ms, mean_ms: latency percentiles of the window's successful requests (those that
+  started and ended inside it: no warm-up request);
   p99_p50_ratio = p99_ms / p50_ms.
 - cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
 - cpu_wait_pct: how long the client's threads were runnable but waiting for a core over the
   window / wall, % of one core (`measure.thread_waits`; NaN for runs recorded before it existed).
   cpu_pct + cpu_wait_pct is the CPU the client wanted: on a shared machine it gets less.
-- cpu_us_per_req: client CPU per successful request, microseconds (stats.cpu_per_op_us).
+- cpu_us_per_req: client CPU per successful request (the same count as rps), microseconds
+  (stats.cpu_per_op_us).
 - server_cpu_pct, server_cpu_us_per_req: the same for the PostgreSQL processes (NaN when the
   server was not a process on the measuring machine).
 - machine_cpu_pct: busy CPU of every process on the machine over the window, % of one core
@@ -79,6 +85,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..measure import window_completed
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
 from . import BUSY, MetricRows, demand_pct
@@ -166,7 +173,8 @@ def models_table(run: Run) -> pd.DataFrame:
         key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
         ok = samples[key & samples["ok"]]
         c = calib[(calib["repeat"] == w["repeat"]) & (calib["variant"] == w["variant"])]
-        rps = stats.throughput(int(w["ops"]), float(w["wall_s"]))
+        completed, rps_definition = window_completed(w)
+        rps = stats.throughput(completed, float(w["wall_s"]))
         db_time = _db_time_s(c) if len(c) else math.nan
         pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
         cpu_pct = 100.0 * w["cpu_s"] / w["wall_s"]
@@ -184,12 +192,13 @@ def models_table(run: Run) -> pd.DataFrame:
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
             "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
-            "requests": int(w["ops"]), "errors": int(w["errors"]), "wall_s": w["wall_s"], "rps": rps,
+            "requests": int(w["ops"]), "completed": completed, "errors": int(w["errors"]),
+            "wall_s": w["wall_s"], "rps": rps, "rps_definition": rps_definition,
             **lat,
             "cpu_pct": cpu_pct, "cpu_wait_pct": wait_pct,
-            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
+            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], completed),
             "server_cpu_pct": server_pct,
-            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
+            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], completed),
             "machine_cpu_pct": machine_pct, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
             "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
             "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
@@ -219,18 +228,20 @@ def ceiling_table(run: Run) -> pd.DataFrame:
         key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
         ok = samples[key & samples["ok"]]
         rep = reported[(reported["repeat"] == w["repeat"]) & (reported["variant"] == w["variant"])]
-        rps = stats.throughput(int(w["ops"]), float(w["wall_s"]))
+        completed, rps_definition = window_completed(w)
+        rps = stats.throughput(completed, float(w["wall_s"]))
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "mode": w["mode"], "regime": w["regime"],
             "slow_ms": w["slow_ms"], "clients": w["clients"], "pool_equivalent": w["pool"],
-            "transactions": int(w["ops"]), "rps": rps, **_latency_fields(ok["latency_s"].to_numpy()),
+            "transactions": int(w["ops"]), "completed": completed, "rps": rps,
+            "rps_definition": rps_definition, **_latency_fields(ok["latency_s"].to_numpy()),
             "tps_reported": _first(rep, "tps_reported"),
             "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
             "cpu_pct": 100.0 * w["cpu_s"] / w["wall_s"],
             "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / w["wall_s"],
-            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], int(w["ops"])),
+            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], completed),
             "server_cpu_pct": 100.0 * w["server_cpu_s"] / w["wall_s"],
-            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], int(w["ops"])),
+            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], completed),
             "machine_cpu_pct": 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"],
         })
     return pd.DataFrame(rows)

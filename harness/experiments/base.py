@@ -47,7 +47,7 @@ import logging
 import math
 import numbers as numbers_
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -59,7 +59,7 @@ import pandas as pd
 from ..config import PROFILES
 from ..errors import HarnessError
 from ..measure import Window  # re-exported: experiments use base.Window
-from ..servers import ServerStack
+from ..servers import ServerStack, not_answering
 
 T = TypeVar("T")
 
@@ -279,6 +279,29 @@ class Experiment:
         raise NotImplementedError
 
 
+class ServersDown(HarnessError):
+    """A server the experiment needs stopped answering between two of its cells. The worker fails
+    every remaining cell of the repeat at once with this one-line reason (which names the server
+    and its address): without the check each cell waited out its own time-outs against the dead
+    server, ~40 s apiece."""
+
+
+class CellOrder(list):
+    """The list `Context.order()` returns. Iterating it checks, before every item but the first,
+    that the servers the experiment needs still answer, and raises `ServersDown` if one does not.
+    The check runs between cells, never inside a measured window."""
+
+    def __init__(self, items: Iterable[Any], check: Callable[[], str | None]):
+        super().__init__(items)
+        self._check = check
+
+    def __iter__(self) -> Iterator[Any]:
+        for k, item in enumerate(super().__iter__()):
+            if k and (reason := self._check()):
+                raise ServersDown(reason)
+            yield item
+
+
 class Context:
     """What `Experiment.run()` gets: parameters, servers, and where to record."""
 
@@ -317,9 +340,11 @@ class Context:
 
     def order(self, items: Iterable[T]) -> list[T]:
         """`items` in this repeat's order: as given on even repeats, reversed on odd ones, so that
-        variants compared with each other run back to back and neither always runs first."""
+        variants compared with each other run back to back and neither always runs first.
+        Iterating the result checks the servers between items (`CellOrder`)."""
         out = list(items)
-        return out[::-1] if self.repeat % 2 else out
+        return CellOrder(out[::-1] if self.repeat % 2 else out,
+                         lambda: not_answering(self.servers, self.experiment.needs))
 
     def skip(self, variant: str, reason: str) -> None:
         """Mark `variant` skipped in this repeat (its cell is `skipped`, with `reason`)."""

@@ -27,7 +27,9 @@ Tables:
 - `windows`: variant, cell, family, model, kind (threads | async), python (the factor level),
   python_version, python_build (gil | free-threaded), gil_enabled, python_executable, venv_mode,
   placement, server_cpus, client_cpus, rtt_ms, via_proxy, position (cell's place in the repeat),
-  model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, cpu_wait_s, ops, errors, server_cpu_s (pg: the
+  model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, cpu_wait_s, ops, completed (successful
+  requests that ended in the window, `measure.completions_in_window`: the count behind throughput
+  and CPU per request), errors, server_cpu_s (pg: the
   postmaster and its descendants; NaN for mongo), duration_s, workers, pool_size.
 - `samples`: variant, cell, family, model, python, python_version, python_build, placement,
   rtt_ms, task, start_s, latency_s, ok, error.
@@ -145,7 +147,8 @@ class Departures(Experiment):
     tables = {
         "windows": window_columns(**_factors, kind="str", gil_enabled="bool", python_executable="str",
                                   venv_mode="str", server_cpus="str", client_cpus="str", via_proxy="bool",
-                                  position="int", model_position="int", errors="int", server_cpu_s="float",
+                                  position="int", model_position="int", completed="int", errors="int",
+                                  server_cpu_s="float",
                                   duration_s="float", workers="int", pool_size="int"),
         "samples": {"variant": "str", **_factors, "task": "int", "start_s": "float", "latency_s": "float",
                     "ok": "bool", "error": "any"},
@@ -291,7 +294,8 @@ class Departures(Experiment):
                 "model_position": k, "wall_s": w["wall_s"], "cpu_s": w["cpu_s"],
                 "cpu_user_s": w["cpu_user_s"], "cpu_system_s": w["cpu_system_s"],
                 "cpu_wait_s": float(w.get("cpu_wait_s", float("nan"))), "ops": int(w["ops"]),
-                "errors": int(w.get("errors", 0)), "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
+                "completed": int(w["completed"]), "errors": int(w.get("errors", 0)),
+                "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
                 "duration_s": p.duration_s, "workers": int(w["workers"]), "pool_size": int(w["pool_size"])}])
             s = pd.DataFrame(result["samples"][model])
             for key, value in {"variant": cell.variant(model), **factors, "model": model}.items():

@@ -22,8 +22,10 @@ Tables (one repeat):
   inside the window.
 - `windows`: variant, wall_s, cpu_s (pgbench's CPU over the window), cpu_user_s, cpu_system_s,
   cpu_wait_s (pgbench's threads' run-queue wait),
-  ops (transactions in the window), server_cpu_s, machine_busy_s (busy CPU of every process on
-  the machine, all cores), server_cpu_source, mode, clients, jobs,
+  ops (successful transactions that started and ended in the window), completed (successful
+  transactions that ended in the window, `measure.completions_in_window`: the throughput's count),
+  pgbench_exited_in_window (its CPU is then its last reading), server_cpu_s, machine_busy_s (busy
+  CPU of every process on the machine, all cores), server_cpu_source, mode, clients, jobs,
   slow_ms, regime, pool (= clients), pool_note, duration_s, warmup_s, rows, tool.
 - `pgbench`: variant, mode, clients, jobs, slow_ms, regime, seconds (-T), returncode,
   tps_reported (pgbench's own figure over its whole run, without connection time),
@@ -53,13 +55,22 @@ import psutil
 
 from .. import datasets, processes, servers
 from ..errors import HarnessError
-from ..measure import ServerCPU, error_text, find_postmaster, machine_busy_s, thread_waits, waited_s
+from ..measure import (
+    ProcessTimes,
+    ServerCPU,
+    completions_in_window,
+    error_text,
+    find_postmaster,
+    machine_busy_s,
+    waited_s,
+)
 from ..pg_workload import fmt_ms, pgbench_script, regime_name
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 
 MODES = ("prepared", "simple", "extended")
 POOL_NOTE = "pgbench has no pool: each client holds its own connection (pool-equivalent = clients)"
 CONNECT_WAIT_S = 15.0     # longest wait for all pgbench connections before the warm-up starts
+BENCH_READ_EVERY_S = 0.1  # how stale pgbench's CPU may be if it exits inside the window
 
 _OUTPUT = {
     "tps_reported": r"^tps = ([\d.]+)",
@@ -141,7 +152,7 @@ class PgCeiling(Experiment):
         "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
                     **_keys},
         # the monitor's window may carry more CPU figures than these
-        "windows": window_columns(server_cpu_s="float", machine_busy_s="float", jobs="int", pool="int",
+        "windows": window_columns(completed="int", server_cpu_s="float", machine_busy_s="float", jobs="int", pool="int",
                                   pool_note="str", duration_s="float", warmup_s="float", rows="int",
                                   server_cpu_source="str", tool="str", **_keys, **{OTHER_COLUMNS: "any"}),
         "pgbench": {"variant": "str", "jobs": "int", "seconds": "int", "returncode": "int",
@@ -201,7 +212,7 @@ class PgCeiling(Experiment):
         window: dict = {}
         exited = threading.Event()   # a pgbench that exits early must not leave the monitor waiting
         monitor = threading.Thread(target=self._monitor, daemon=True,
-                                   args=(p, proc.pid, server, base_procs + clients, window, exited))
+                                   args=(p, proc.pid, clients, server, base_procs + clients, window, exited))
         monitor.start()
         error = None
         try:
@@ -244,23 +255,27 @@ class PgCeiling(Experiment):
                                 "latency_s": in_window["latency_s"].to_numpy(),
                                 "ok": in_window["ok"].astype(bool).to_numpy(), **keys})
         ctx.record("samples", samples)
+        completed = completions_in_window(log["end_epoch_s"], log["ok"], t0, t1)
         ctx.record("windows", [{"variant": variant, **window, "ops": int(in_window["ok"].sum()),
+                                "completed": completed,
                                 **keys, "jobs": jobs, "pool": clients, "pool_note": POOL_NOTE,
                                 "duration_s": p.duration_s, "warmup_s": p.warmup_s, "rows": p.rows,
                                 "server_cpu_source": server.source, "tool": "pgbench"}])
         return True
 
     @staticmethod
-    def _monitor(p: PgCeilingParams, pgbench_pid: int, server: ServerCPU, want_procs: int,
+    def _monitor(p: PgCeilingParams, pgbench_pid: int, clients: int, server: ServerCPU, want_procs: int,
                  out: dict, exited: threading.Event) -> None:
         """Wait for pgbench's connections, skip the warm-up, time the window (wall clock, pgbench's
         CPU, server CPU). Gives up as soon as pgbench has exited (`exited`): no window then."""
         try:
-            bench = psutil.Process(pgbench_pid)
+            bench = ProcessTimes(pgbench_pid)
             deadline = time.monotonic() + (CONNECT_WAIT_S if server.available else 1.0)
             while time.monotonic() < deadline:
                 server.read()
-                if server.available and server.processes >= want_procs:
+                # pgbench's own sockets, or the server's processes: these count the previous
+                # variant's backends until they have exited, which kept one pgbench waiting to its end
+                if _sockets(pgbench_pid) >= clients or (server.available and server.processes >= want_procs):
                     break
                 if exited.wait(0.05):
                     out["error"] = "pgbench exited before its connections were all open"
@@ -268,17 +283,31 @@ class PgCeiling(Experiment):
             if exited.wait(p.warmup_s):
                 out["error"] = "pgbench exited during the warm-up"
                 return
-            s0, m0, q0, c0 = server.read(), machine_busy_s(), thread_waits(pgbench_pid), bench.cpu_times()
+            s0, m0 = server.read(), machine_busy_s()
+            user0, system0, q0 = bench.read().snapshot()
             t0, w0 = time.time(), time.perf_counter()
-            time.sleep(p.duration_s)
-            c1, t1, w1 = bench.cpu_times(), time.time(), time.perf_counter()
-            q1, s1, m1 = thread_waits(pgbench_pid), server.read(), machine_busy_s()
-            out.update(wall_s=w1 - w0, cpu_s=(c1.user + c1.system) - (c0.user + c0.system),
-                       cpu_user_s=c1.user - c0.user, cpu_system_s=c1.system - c0.system,
-                       cpu_wait_s=waited_s(q0, q1),
+            # read pgbench as the window runs: if it exits just before the window closes (the end
+            # of its -T), its CPU is its last reading rather than a lost window
+            while (left := w0 + p.duration_s - time.perf_counter()) > 0:
+                time.sleep(min(left, BENCH_READ_EVERY_S))
+                bench.read()
+            t1, w1 = time.time(), time.perf_counter()
+            user1, system1, q1 = bench.read().snapshot()
+            s1, m1 = server.read(), machine_busy_s()
+            out.update(wall_s=w1 - w0, cpu_s=(user1 + system1) - (user0 + system0),
+                       cpu_user_s=user1 - user0, cpu_system_s=system1 - system0,
+                       cpu_wait_s=waited_s(q0, q1), pgbench_exited_in_window=bench.exited,
                        server_cpu_s=s1 - s0, machine_busy_s=m1 - m0, open_epoch=t0, close_epoch=t1)
         except psutil.Error as e:
             out["error"] = error_text(e)
+
+
+def _sockets(pid: int) -> int:
+    """How many sockets (TCP or Unix: its connections) the process has open; 0 once it is gone."""
+    try:
+        return len(psutil.Process(pid).net_connections(kind="all"))
+    except psutil.Error:
+        return 0
 
 
 EXPERIMENT = PgCeiling()

@@ -13,7 +13,9 @@ Tables (one repeat):
   model, regime, slow_ms, pool. Only requests that started and finished inside the window.
 - `windows`: variant, wall_s, cpu_s (the child's process CPU over the window, all threads),
   cpu_user_s, cpu_system_s, cpu_wait_s (the child's threads runnable but waiting for a core: the CPU
-  it wanted and did not get), ops (successful requests in the window), errors, ops_all (requests
+  it wanted and did not get), ops (successful requests that started and ended in the window),
+  completed (successful requests that ended in the window: the throughput's count,
+  `measure.completions_in_window`), errors, ops_all (requests
   completed over the whole child run, warm-up and drain included), pool_held_s (connection-seconds
   the clients held pooled connections inside the window, `pg_workload.held_in_window`), server_cpu_s (CPU of the
   PostgreSQL postmaster and its descendants over the same window; NaN when the server is not a
@@ -111,9 +113,9 @@ class PgModels(Experiment):
         "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
                     "wait_s": "float", "hold_s": "float", "error": "str", **_keys},
         # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
-        "windows": window_columns(errors="int", ops_all="int", pool_held_s="float", server_cpu_s="float",
-                                  machine_busy_s="float", clients="int", duration_s="float", **_keys,
-                                  **{OTHER_COLUMNS: "any"}),
+        "windows": window_columns(completed="int", errors="int", ops_all="int", pool_held_s="float",
+                                  server_cpu_s="float", machine_busy_s="float",
+                                  clients="int", duration_s="float", **_keys, **{OTHER_COLUMNS: "any"}),
         "calibration": {"variant": "str", "latency_s": "float", **_keys},
         "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
                      "returncode": "int", "log_tail": "str"},

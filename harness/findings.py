@@ -1,0 +1,428 @@
+"""The findings: one row per seed lesson, rendered from a run's `summary.json` (issue 23).
+
+A *lesson* is what a seed tells someone writing such code: each "Verify:" line of seeds 001 and
+002, and seed 000's sync-vs-async and mixed-driver lessons. `LESSONS` is that list as data: the
+seed's own words, the seed's figure, the claims ledger rows the lesson rests on (the first is the
+one whose figure and verdict the table shows; the others are counted beside it), and one sentence
+per verdict class on what the outcome means for someone writing such code. Each sentence is
+written for its class, so it stays true whatever figures a run gives within that class.
+
+The README's findings table is generated, never typed:
+
+    python -m harness.findings --write-readme   # replace the block between the README's markers
+    python -m harness.findings --check          # exit 1 when the README's block differs
+
+Both read the reference run's summary (`data/reference/<id>/summary.json`, the one reference run)
+unless `--summary PATH` names another. Summaries are read through `store.upgrade_summary`, so a
+version-1 summary renders as a version-2 one would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import store
+from .config import REPO_ROOT
+from .errors import HarnessError
+
+README = REPO_ROOT / "README.md"
+START = "<!-- findings:start -->"
+END = "<!-- findings:end -->"
+
+# Verdict classes: what a verdict says about the lesson (verdict strings are summary.json's).
+HOLDS = ("reproduced", "equivalent", "direction only")
+FAILS = ("not reproduced",)
+OPEN = ("inconclusive", "premise not met", "not comparable", "not measured in this run")
+NOT_MEASURED = "not measured in this run"
+
+
+def verdict_class(verdict: str) -> str:
+    """`holds`, `fails` or `open`: which of a lesson's sentences applies to a verdict."""
+    if verdict in HOLDS:
+        return "holds"
+    if verdict in FAILS:
+        return "fails"
+    return "open"
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One seed lesson. `claims[0]` is the row whose figure and verdict stand for the lesson."""
+
+    id: str
+    seed: str                      # "000", "001", "002"
+    words: str                     # the seed's own words (its Verify line, or its sentence)
+    seed_figure: str               # the seed's figure, as the seed gives it
+    measure: str                   # what this study's figure (claims[0]) is
+    claims: tuple[str, ...]        # claims ledger rows the lesson rests on
+    means: Mapping[str, str]       # verdict class (holds / fails / open) -> one sentence
+    figure: str = ""               # the report's small figure for this lesson, if any
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson(
+        id="000-sync-async", seed="000",
+        words=("Max RPS: Sync (1 Thread) ~48.8 | Async (Event Loop) ~113.4 ... This proves that Async "
+               "manages high-concurrency significantly better"),
+        seed_figure="113.4 / 48.8 = 2.32× Locust peak RPS",
+        measure="async / sync (1 thread) Locust peak RPS",
+        claims=("000-rps-01", "000-lat-01", "000-lat-02", "000-bottleneck-01"),
+        means={"holds": "A `def` endpoint gets one database wait per thread token; an `async def` endpoint "
+                        "with the async driver keeps serving while it waits, so size the thread pool of "
+                        "sync endpoints to the concurrency you expect.",
+               "fails": "Here the async app did not out-serve a one-thread sync app: measure your own "
+                        "endpoint before rewriting it for throughput.",
+               "open": "This run cannot say whether async out-serves a one-thread sync app: do not rest a "
+                       "rewrite on the seed's figure alone."},
+        figure="findings_fastapi_staircase"),
+    Lesson(
+        id="000-mixed", seed="000",
+        words=("an API written with FastAPI but using synchronous PyMongo can perform worse under load "
+               "than a fully synchronous application with multiple worker threads"),
+        seed_figure="no number (direction only)",
+        measure="max RPS, sync driver in `async def` / sync app with 40 threads",
+        claims=("000-mixed-01",),
+        means={"holds": "Never call the synchronous driver inside `async def`: it blocks the event loop, "
+                        "and a plain `def` endpoint on a thread pool does better.",
+               "fails": "Here the blocking driver in `async def` was not worse than 40 threads, but it still "
+                        "blocks the loop on every call: use `def` or the async driver.",
+               "open": "This run cannot rank the two; a sync driver in `async def` still blocks the loop on "
+                       "every call, so use `def` or the async driver."}),
+    Lesson(
+        id="001-client", seed="001",
+        words="Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at shutdown.",
+        seed_figure="2.44 ms per query with a client per request, 0.20 ms shared (12.2×)",
+        measure="time per query, client per request / shared client",
+        claims=("001-client-01",),
+        means={"holds": "Create one AsyncMongoClient in the application's lifespan and share it: a client "
+                        "per request pays a connection and handshake on every query.",
+               "fails": "Here a client per request cost no more than a shared one; one shared client per "
+                        "process is still what the driver is built for.",
+               "open": "The cost of a client per request could not be settled in this run; share one client "
+                       "per process regardless."}),
+    Lesson(
+        id="001-bulk", seed="001",
+        words=("Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
+               "happen after the first error."),
+        seed_figure="insert_one 200 µs per document, insert_many 5.2 µs (38×); ordered=False 0.51 s against 0.52 s",
+        measure="time per document, insert_one in a loop / insert_many",
+        claims=("001-bulk-01", "001-bulk-04"),
+        means={"holds": "Load data with insert_many or bulk_write, and choose `ordered` by what should happen "
+                        "after the first error, not by speed.",
+               "fails": "Here insert_many did not beat a loop of insert_one: measure bulk loads on your own "
+                        "server before relying on it.",
+               "open": "This run cannot size the gain of insert_many; choose `ordered` by what should happen "
+                       "after the first error either way."}),
+    Lesson(
+        id="001-cursor", seed="001",
+        words=("Verify: every cursor that can return more than a few thousand documents sets batch_size, and a "
+               "probe shows loop stalls below 10 ms while it runs."),
+        seed_figure="longest stall 8.6 ms with batch_size=1000 (410 ms with default batches)",
+        measure="longest event-loop stall with batch_size=1000, against 10 ms",
+        claims=("001-cursor-02", "001-cursor-01", "001-cursor-03", "001-cursor-05"),
+        means={"holds": "Set batch_size on large cursors and watch the loop with a probe: each batch is "
+                        "decoded on the event loop, so a large batch stalls every other request.",
+               "fails": "Here batch_size=1000 did not keep stalls under 10 ms: choose the batch size by "
+                        "measuring stalls on your own documents.",
+               "open": "This run cannot say whether batch_size=1000 keeps stalls under 10 ms: measure the "
+                       "stalls of your own cursors with a probe."},
+        figure="findings_mongo_cursor_stalls"),
+    Lesson(
+        id="001-pool", seed="001",
+        words=("Verify: under a load test with more tasks than connections, the maximum latency is within a "
+               "small multiple of the p99, and per-task completion counts are even."),
+        seed_figure="slowest query 4,020 ms bare, 36 ms behind Semaphore(10) (110×); per task 1–2,857 against 153–154",
+        measure="slowest query, bare pool / behind a FIFO semaphore",
+        claims=("001-pool-13", "001-pool-01", "001-pool-02", "001-pool-03", "001-pool-05", "001-pool-06",
+                "001-pool-07", "001-pool-08", "001-pool-09", "001-pool-12"),
+        means={"holds": "With more tasks than connections, put a FIFO asyncio.Semaphore sized to maxPoolSize "
+                        "in front of the client: the driver's wait for a connection lets some tasks starve.",
+               "fails": "Here the bare pool was as fair as the semaphore: check the maximum and per-task "
+                        "counts under your own load before adding one.",
+               "open": "This run cannot say whether the semaphore helps: count completions per task under "
+                       "your own load, and compare the maximum with the p99."},
+        figure="findings_mongo_pool_starvation"),
+    Lesson(
+        id="001-models", seed="001",
+        words=("Verify: the migration's benefit is measured on the real query mix — CPU per query and tail "
+               "latency — not assumed."),
+        seed_figure="client CPU per query 128 µs async, 221 µs with 32 threads (0.58×)",
+        measure="client CPU per query, async client / 32 threads",
+        claims=("001-models-02", "001-models-01", "001-models-03", "001-models-04", "001-models-08"),
+        means={"holds": "The async client used less CPU per query than threads here too; the seed's advice "
+                        "stands: measure CPU per query and the tail on your real query mix before migrating.",
+               "fails": "The async client did not use less CPU per query than threads on this server: "
+                        "measure on your real query mix before migrating, as the seed says.",
+               "open": "This run cannot rank async against threads on CPU per query: measure on your real "
+                       "query mix before migrating."}),
+    Lesson(
+        id="002-cpu", seed="002",
+        words=("Verify: the benchmark records client CPU time alongside throughput; without it, the results "
+               "cannot say which side is the bottleneck."),
+        seed_figure="client CPU 85% with threads, 27% with uvloop + asyncpg, at the same throughput (3.1×)",
+        measure="client CPU, threads + psycopg / uvloop + asyncpg (10 ms queries, pool 20)",
+        claims=("002-slow20-03", "002-slow20-06", "002-slow20-09", "002-slow20-12"),
+        means={"holds": "Record client CPU beside throughput: at the same throughput the models burn very "
+                        "different CPU, and only CPU tells a pool-bound service from a client-bound one.",
+               "fails": "Here the models burned about the same CPU at the same throughput; client CPU is "
+                        "still what tells a pool-bound service from a client-bound one.",
+               "open": "This run cannot rank the models' CPU at the same throughput; record client CPU "
+                       "beside throughput all the same."}),
+    Lesson(
+        id="002-pool", seed="002",
+        words=("Verify: throughput is close to pool_size / per-request database time; if so, change the pool "
+               "size or the queries, not the concurrency model."),
+        seed_figure="1,734–1,823 req/s for all four models, pool bound 1,818 (slowest / fastest 0.95)",
+        measure="throughput, slowest / fastest of the four models (10 ms queries, pool 20)",
+        claims=("002-slow20-15", "002-slow20-01", "002-slow20-04", "002-slow20-07", "002-slow20-10"),
+        means={"holds": "When throughput sits at pool size / database time, the pool is the limit: grow the "
+                        "pool or speed up the queries; another concurrency model will not help.",
+               "fails": "Here the models did not all reach the pool's bound, so something else limited some "
+                        "of them: find the limiting resource before choosing a model.",
+               "open": "This run cannot say whether every model reaches the pool's bound: compare your "
+                       "throughput with pool size / database time before choosing a model."},
+        figure="findings_pg_pool_bound"),
+    Lesson(
+        id="002-client", seed="002",
+        words=("Verify: if client CPU is at 100% for asyncio or 200% for threads on a GIL build, the client is "
+               "the bottleneck, and more connections will not raise throughput."),
+        seed_figure="threads with psycopg at 195% CPU: 2,630 req/s with 20 connections, 2,788 with 50 (1.06×)",
+        measure="throughput of threads + psycopg, pool 50 / pool 20 (fast queries)",
+        claims=("002-fast50-01", "002-fast20-02", "002-fast20-05", "002-fast50-02", "002-slow50-02",
+                "002-fast20-01", "002-fast20-03", "002-fast20-07", "002-fast20-08", "002-fast20-09",
+                "002-fast20-10"),
+        means={"holds": "When the client process is at its CPU limit, more connections do not raise "
+                        "throughput: cut CPU per request (asyncio, asyncpg, uvloop) instead.",
+               "fails": "Here more connections changed throughput although the client looked CPU-bound: "
+                        "check client CPU and the pool before resizing either.",
+               "open": "This run cannot say whether more connections help a CPU-bound client: look at client "
+                       "CPU before resizing the pool."}),
+    Lesson(
+        id="002-tail", seed="002",
+        words=("Verify: the benchmark reports p99 and the p99/p50 ratio for each driver and pool, and the chosen "
+               "configuration meets the latency objective."),
+        seed_figure="p99 160 ms with asyncpg, 44 ms with psycopg async (3.6×), fast queries, pool 20",
+        measure="p99, asyncpg / psycopg async (fast queries, pool 20)",
+        claims=("002-fast20-15", "002-fast20-14", "002-tail-01", "002-tail-03"),
+        means={"holds": "Compare drivers on p99 as well as throughput: drivers with similar throughput can "
+                        "differ severalfold in the tail.",
+               "fails": "Here the drivers' tails did not differ as the seed's did; measure the p99 of the pool "
+                        "and concurrency you will run.",
+               "open": "This run cannot rank the drivers' tails: measure the p99 of the pool and concurrency "
+                       "you will run."}),
+    Lesson(
+        id="002-decide", seed="002",
+        words=("Verify: the decision names which resource limited throughput in the benchmark — pool or client "
+               "CPU — and the production pool size matches the tested one."),
+        seed_figure="pool 50, 10 ms queries: 3,634 req/s with asyncio + psycopg, 2,435 with threads (1.49×)",
+        measure="throughput, asyncio + psycopg / threads (10 ms queries, pool 50)",
+        claims=("002-slow50-01", "002-slow50-04", "002-fast20-13"),
+        means={"holds": "Once the pool is large enough that client CPU limits, the model matters again: name "
+                        "the limiting resource, and test at the pool size you will run.",
+               "fails": "Here a larger pool did not let asyncio pull ahead of threads: name the resource that "
+                        "limited your benchmark before choosing a model.",
+               "open": "This run cannot rank the models with a larger pool: name the resource that limited "
+                       "your benchmark, and test at the pool size you will run."}),
+)
+
+FIGURED = {lesson.figure: lesson.id for lesson in LESSONS if lesson.figure}
+
+
+# -- reading a summary ---------------------------------------------------------------------------
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def upgrade(d: Any, source: str = "summary") -> dict[str, Any]:
+    """A summary dict in the current version's shape: `store.upgrade_summary`, the one upgrade
+    function every reader goes through."""
+    return store.upgrade_summary(d, source)
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """A run's summary.json (the file or its run directory), upgraded; a one-line HarnessError when
+    it is missing or malformed (`store.load_summary`)."""
+    return store.load_summary(Path(path))
+
+
+def reference_summary(data_dir: Path | None = None) -> Path | None:
+    """`data/reference/<id>/summary.json` of the one reference run; None when there is none yet."""
+    root = store.location_dir("reference", data_dir)
+    found = sorted(root.glob("*/summary.json"))
+    if len(found) > 1:
+        raise HarnessError(f"{len(found)} reference runs under {root}: keep exactly one "
+                           f"({', '.join(p.parent.name for p in found)})")
+    return found[0] if found else None
+
+
+# -- one row per lesson --------------------------------------------------------------------------
+
+def _short_server(server: str) -> str:
+    """`FerretDB v1.24.2 on PostgreSQL 15.18 (reports server version 7.0.42)` -> without the note."""
+    return re.sub(r"\s*\(.*\)\s*$", "", server or "").strip()
+
+
+def _g(x: float) -> str:
+    """Three significant figures, thousands separated, no exponent for the sizes seen here."""
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def figure_text(claim: Mapping[str, Any]) -> str:
+    """This study's figure: estimate [interval] (level, repeats used of run)."""
+    est = _num(claim.get("estimate"))
+    if est is None:   # nothing to estimate from: say how many repeats ran, and what limited them
+        notes = [f"n=0 of {claim['n_ran']}"] if claim.get("n_ran") else []
+        if claim.get("verdict") == "premise not met" and claim.get("bottleneck_measured"):
+            notes.append(f"bottleneck measured: {claim['bottleneck_measured']}")
+        return "—" + (f" ({'; '.join(notes)})" if notes else "")
+    ratio = str(claim.get("seed_unit") or "").startswith("x") or claim.get("comparison") == "equivalence"
+    unit = "" if ratio else f" {claim.get('seed_unit') or ''}".rstrip()
+    text = f"{'×' if ratio else ''}{_g(est)}{unit}"
+    lo, hi = _num(claim.get("ci_low")), _num(claim.get("ci_high"))
+    level = _num(claim.get("ci_level")) or 0.95
+    used, ran = claim.get("n_used"), claim.get("n_ran")
+    n = f"n={used}" + (f" of {ran}" if ran not in (None, used) else "")
+    if lo is not None and hi is not None:
+        text += f" [{_g(lo)}, {_g(hi)}] ({level:.0%}, {n})"
+    else:
+        text += f" (no interval, {n})"
+    return text
+
+
+def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> list[dict[str, Any]]:
+    """One dict per lesson: its words, the seed's figure, this run's figure, verdict and meaning.
+
+    `summary` must already be upgraded (`load_summary` or `upgrade`)."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for c in summary.get("claims", []):
+        by_id.setdefault(str(c.get("claim_id")), c)   # the first row per claim (the run's interpreter)
+    out = []
+    for lesson in lessons:
+        head = by_id.get(lesson.claims[0])
+        verdict = str(head.get("verdict") or NOT_MEASURED) if head else NOT_MEASURED
+        counts = Counter(str(by_id[c].get("verdict") or NOT_MEASURED) if c in by_id else NOT_MEASURED
+                         for c in lesson.claims)
+        out.append({
+            "lesson": lesson.id, "seed": lesson.seed, "words": lesson.words,
+            "seed_figure": lesson.seed_figure, "measure": lesson.measure, "claim": lesson.claims[0],
+            "figure": figure_text(head) if head else "—",
+            "estimate": _num(head.get("estimate")) if head else None,
+            "ci_low": _num(head.get("ci_low")) if head else None,
+            "ci_high": _num(head.get("ci_high")) if head else None,
+            "server": _short_server(str(head.get("server") or "")) if head else "",
+            "verdict": verdict, "verdict_raw": str(head.get("verdict_raw") or verdict) if head else verdict,
+            "rows": dict(counts), "n_rows": len(lesson.claims),
+            "means": lesson.means[verdict_class(verdict)], "report_figure": lesson.figure,
+        })
+    return out
+
+
+def _rows_text(counts: Mapping[str, int], n: int) -> str:
+    if n <= 1:
+        return ""
+    order = HOLDS + FAILS + OPEN
+    parts = [f"{counts[v]} {v}" for v in order if counts.get(v)]
+    return f"; its {n} ledger rows: " + ", ".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> str:
+    """The findings as one markdown table (no trailing newline)."""
+    lines = ["| seed | the seed's lesson, in its words | the seed's figure | this study: estimate [interval] "
+             "(level, repeats), server | verdict | what it means for your code |",
+             "|---|---|---|---|---|---|"]
+    for r in lesson_rows(summary, lessons):
+        study = f"{r['figure']}: {r['measure']}" + (f" — {r['server']}" if r["server"] else "")
+        verdict = f"**{r['verdict']}**" + _rows_text(r["rows"], r["n_rows"])
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            r["seed"], r["words"], r["seed_figure"], study, verdict, r["means"])) + " |")
+    return "\n".join(lines)
+
+
+def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> str:
+    """What goes between the README's markers: a line naming the run, then the table."""
+    run_id = summary.get("run_id") or "unknown run"
+    method = (summary.get("multiple_comparisons") or {}).get("method")
+    version = summary.get("upgraded_from") or summary.get("summary_version", "?")
+    note = (f"Generated by `python -m harness.findings --write-readme` from run `{run_id}`'s `summary.json` "
+            f"(summary version {version}). Each verdict is its lesson's first ledger row's"
+            + (f", after {method[:1].upper() + method[1:]}'s correction" if method else "")
+            + "; intervals are over repeats ([docs/METHODS.md](docs/METHODS.md)).")
+    return f"{START}\n{note}\n\n{render_table(summary, lessons)}\n{END}"
+
+
+# -- the README ---------------------------------------------------------------------------------
+
+def readme_block(text: str) -> str:
+    """The README's current block, markers included."""
+    i, j = text.find(START), text.find(END)
+    if i < 0 or j < i:
+        raise HarnessError(f"the README has no `{START}` ... `{END}` block")
+    return text[i:j + len(END)]
+
+
+def replace_block(text: str, block: str) -> str:
+    old = readme_block(text)
+    return text.replace(old, block, 1)
+
+
+def _source(summary_path: str | None) -> Path:
+    if summary_path:
+        return Path(summary_path)
+    ref = reference_summary()
+    if ref is None:
+        raise HarnessError("no reference run (data/reference/<id>/summary.json): pass --summary PATH")
+    return ref
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.findings", description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--write-readme", action="store_true", help="replace the README's findings block")
+    what.add_argument("--check", action="store_true", help="exit 1 when the README's block differs")
+    ap.add_argument("--summary", help="a run's summary.json (or its directory); default: the reference run's")
+    ap.add_argument("--readme", default=str(README), help="the README to read or write")
+    args = ap.parse_args(argv)
+    try:
+        summary = load_summary(_source(args.summary))
+        block = render_block(summary)
+        readme = Path(args.readme)
+        if args.write_readme or args.check:
+            text = readme.read_text(encoding="utf-8")
+            if args.check:
+                if readme_block(text) != block:
+                    print(f"{readme}: the findings block differs from run {summary.get('run_id')}'s summary; "
+                          "run `python -m harness.findings --write-readme`", file=sys.stderr)
+                    return 1
+                print(f"{readme}: the findings block matches run {summary.get('run_id')}")
+                return 0
+            readme.write_text(replace_block(text, block), encoding="utf-8")
+            print(f"{readme}: findings block written from run {summary.get('run_id')}")
+            return 0
+        print(block)
+        return 0
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

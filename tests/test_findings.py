@@ -1,0 +1,197 @@
+"""The findings table (harness.findings): one row per seed lesson, rendered from a summary.json, and
+the README's copy of it checked against the reference run. No server is started here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import findings
+from harness.errors import HarnessError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LEDGER = REPO_ROOT / "harness" / "claims_ledger.csv"
+FERRETDB = "FerretDB v1.24.2 on PostgreSQL 15.18 (reports server version 7.0.42)"
+
+
+def _claim(claim_id: str, verdict: str, estimate: float | None, lo: float | None, hi: float | None, *,
+           seed_unit: str = "x (a / b)", comparison: str = "ratio", n_used: int = 10, n_ran: int = 10,
+           ci_level: float = 0.95, server: str = FERRETDB) -> dict:
+    """One claim row in summary.json's version-2 shape."""
+    return {"claim_id": claim_id, "seed": claim_id[:3], "kind": "measurement", "comparison": comparison,
+            "section": "", "sentence": "", "verdict": verdict, "verdict_raw": verdict, "seed_value": 1.0,
+            "seed_unit": seed_unit, "a_median": None, "b_median": None, "estimate": estimate, "ci_low": lo,
+            "ci_high": hi, "ci_level": ci_level, "n_used": n_used, "n_ran": n_ran, "reason": "",
+            "p_value": 0.01, "p_adjusted": 0.02, "detectable": None, "band_low": None, "band_high": None,
+            "margin": None, "reference": 1.0, "direction": ">", "premise": "", "bottleneck_measured": "",
+            "machine_dependent": False, "server": server, "interpreter": "CPython 3.11.7", "missing": ""}
+
+
+def _summary(claims: list[dict]) -> dict:
+    return {"summary_version": 2, "run_id": "20990101T000000Z-full-test", "metrics": [], "claims": claims,
+            "multiple_comparisons": {"method": "holm", "alpha": 0.05, "tested": len(claims), "undone": 0},
+            "verdict_counts": [], "timing": {}, "calibration": {}}
+
+
+SYNTHETIC = _summary([
+    _claim("001-pool-13", "reproduced", 104.0, 80.5, 131.0),
+    _claim("001-pool-01", "reproduced", 20.0, 18.0, 22.0),
+    _claim("001-pool-06", "not reproduced", 0.5, 0.4, 0.6),
+    _claim("001-models-02", "not reproduced", 1.49, 1.26, 1.77, n_used=4, n_ran=5),
+    _claim("001-cursor-02", "inconclusive", 9.5, 7.0, 13.0, seed_unit="ms"),
+    _claim("002-fast50-01", "equivalent", 1.02, 0.97, 1.07, comparison="equivalence", ci_level=0.90,
+           server="PostgreSQL 15.18"),
+])
+
+
+def _rows() -> dict[str, dict]:
+    return {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(SYNTHETIC))}
+
+
+def test_lessons_are_the_seeds_verify_lines_and_seed_000s_two():
+    by_seed: dict[str, list[findings.Lesson]] = {}
+    for lesson in findings.LESSONS:
+        by_seed.setdefault(lesson.seed, []).append(lesson)
+    assert {s: len(v) for s, v in by_seed.items()} == {"000": 2, "001": 5, "002": 5}
+    for lesson in by_seed["001"] + by_seed["002"]:
+        assert lesson.words.startswith("Verify: "), lesson.id
+    assert len({lesson.id for lesson in findings.LESSONS}) == len(findings.LESSONS)
+
+
+def test_every_lesson_rests_on_measurement_rows_of_the_ledger():
+    with LEDGER.open(newline="") as f:
+        ledger = {r["claim_id"]: r for r in csv.DictReader(f)}
+    for lesson in findings.LESSONS:
+        assert lesson.claims, lesson.id
+        for cid in lesson.claims:
+            assert cid in ledger, f"{lesson.id}: {cid} is not in the claims ledger"
+            assert ledger[cid]["kind"] == "measurement", f"{lesson.id}: {cid} is not a measurement row"
+            assert ledger[cid]["document"] == lesson.seed, f"{lesson.id}: {cid} is another seed's row"
+        assert set(lesson.means) == {"holds", "fails", "open"}, lesson.id
+        assert all(s.strip().endswith(".") for s in lesson.means.values()), lesson.id
+
+
+@pytest.mark.parametrize("verdict, cls", [("reproduced", "holds"), ("equivalent", "holds"),
+                                          ("direction only", "holds"), ("not reproduced", "fails"),
+                                          ("inconclusive", "open"), ("premise not met", "open"),
+                                          ("not comparable", "open"), ("not measured in this run", "open")])
+def test_verdict_classes(verdict, cls):
+    assert findings.verdict_class(verdict) == cls
+
+
+def test_a_row_takes_its_figure_verdict_and_sentence_from_its_first_claim():
+    rows = _rows()
+    pool = rows["001-pool"]
+    assert pool["verdict"] == "reproduced"
+    assert pool["figure"] == "×104 [80.5, 131] (95%, n=10)"
+    assert pool["server"] == "FerretDB v1.24.2 on PostgreSQL 15.18"
+    assert pool["means"] == next(lx for lx in findings.LESSONS if lx.id == "001-pool").means["holds"]
+    # the other rows are counted, the ones the run lacks as not measured
+    assert pool["rows"] == {"reproduced": 2, "not reproduced": 1, "not measured in this run": 7}
+
+    models = rows["001-models"]
+    assert models["verdict"] == "not reproduced"
+    assert models["figure"] == "×1.49 [1.26, 1.77] (95%, n=4 of 5)"
+    assert models["means"] == next(lx for lx in findings.LESSONS if lx.id == "001-models").means["fails"]
+
+    cursor = rows["001-cursor"]
+    assert cursor["figure"] == "9.5 ms [7, 13] (95%, n=10)"
+    assert cursor["means"] == next(lx for lx in findings.LESSONS if lx.id == "001-cursor").means["open"]
+
+    client = rows["002-client"]
+    assert client["figure"] == "×1.02 [0.97, 1.07] (90%, n=10)" and client["server"] == "PostgreSQL 15.18"
+
+
+def test_a_premise_not_met_shows_what_was_measured_instead():
+    claim = _claim("002-slow20-03", "premise not met", None, None, None, n_used=0, server="PostgreSQL 15.18")
+    claim.update(bottleneck_measured="client CPU + pool 10/10", ci_level=None)
+    row = {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(_summary([claim])))}["002-cpu"]
+    assert row["verdict"] == "premise not met"
+    assert row["figure"] == "— (n=0 of 10; bottleneck measured: client CPU + pool 10/10)"
+    assert row["means"] == next(lx for lx in findings.LESSONS if lx.id == "002-cpu").means["open"]
+
+
+def test_a_lesson_the_run_did_not_measure_says_so():
+    row = _rows()["000-mixed"]
+    assert row["verdict"] == "not measured in this run"
+    assert row["figure"] == "—" and row["server"] == ""
+    assert row["means"] == next(lx for lx in findings.LESSONS if lx.id == "000-mixed").means["open"]
+
+
+def test_the_markdown_table_has_one_row_per_lesson_and_names_the_run():
+    block = findings.render_block(findings.upgrade(SYNTHETIC))
+    assert block.startswith(findings.START) and block.endswith(findings.END)
+    assert "20990101T000000Z-full-test" in block and "after Holm's correction" in block
+    lines = [x for x in block.splitlines() if x.startswith("| ")]
+    assert len(lines) == 1 + len(findings.LESSONS)            # header + one per lesson
+    assert all(len(re.findall(r"(?<!\\)\|", x)) == 7 for x in lines), "a cell broke the table"
+    sync_async = next(x for x in lines if "Max RPS" in x)
+    assert "Sync (1 Thread) ~48.8 \\| Async" in sync_async      # the seed's own | is escaped
+    assert "**reproduced**; its 10 ledger rows: 2 reproduced, 1 not reproduced, 7 not measured in this run" \
+        in block
+    assert "MongoDB 8" not in block
+
+
+def test_a_version_1_summary_is_read_through_the_upgrade():
+    v1 = {"summary_version": 1, "run_id": "old", "metrics": [],
+          "claims": [{"claim_id": "001-client-01", "kind": "measurement", "comparison": "ratio",
+                      "verdict": "direction only", "value": 4.81, "ci_low": 4.33, "ci_high": 5.34, "n": 10,
+                      "seed_unit": "x (per request / shared)", "server": FERRETDB}]}
+    row = {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(v1))}["001-client"]
+    assert row["figure"] == "×4.81 [4.33, 5.34] (95%, n=10)" and row["verdict"] == "direction only"
+
+
+def test_write_and_check_a_readme(tmp_path, capsys):
+    summary = tmp_path / "run" / "summary.json"
+    summary.parent.mkdir()
+    summary.write_text(json.dumps(SYNTHETIC))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{findings.START}\nold\n{findings.END}\n\nafter\n")
+    args = ["--summary", str(summary), "--readme", str(readme)]
+    assert findings.main(["--check", *args]) == 1
+    assert findings.main(["--write-readme", *args]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Title\n\n") and text.endswith("\n\nafter\n") and "old" not in text
+    assert findings.main(["--check", *args]) == 0
+    readme.write_text(text.replace("**reproduced**", "**not reproduced**", 1))
+    assert findings.main(["--check", *args]) == 1
+    readme.write_text("no markers\n")
+    assert findings.main(["--check", *args]) == 2
+    assert "no `<!-- findings:start -->`" in capsys.readouterr().err
+
+
+def test_a_missing_or_malformed_summary_is_one_clear_error(tmp_path):
+    with pytest.raises(HarnessError, match="no summary.json"):
+        findings.load_summary(tmp_path)
+    (tmp_path / "summary.json").write_text("{not json")
+    with pytest.raises(HarnessError, match="malformed"):
+        findings.load_summary(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"summary_version": 1, "claims": "nope"}))
+    with pytest.raises(HarnessError, match="malformed"):
+        findings.load_summary(tmp_path)
+
+
+def test_the_reference_run_is_found_once(tmp_path):
+    assert findings.reference_summary(tmp_path) is None
+    for rid in ("20990101T000000Z-full-aaaa", "20990102T000000Z-full-bbbb"):
+        (tmp_path / "reference" / rid).mkdir(parents=True)
+        (tmp_path / "reference" / rid / "summary.json").write_text("{}")
+        if rid.endswith("aaaa"):
+            assert findings.reference_summary(tmp_path) == tmp_path / "reference" / rid / "summary.json"
+    with pytest.raises(HarnessError, match="2 reference runs"):
+        findings.reference_summary(tmp_path)
+
+
+def test_the_readme_findings_match_the_reference_run():
+    """The README's table is the reference run's, as `python -m harness.findings --write-readme` makes it."""
+    ref = findings.reference_summary(REPO_ROOT / "data")
+    if ref is None:
+        pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
+    block = findings.render_block(findings.load_summary(ref))
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert findings.readme_block(readme) == block, \
+        f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"

@@ -1,0 +1,405 @@
+"""Reading stored runs without their raw tables: `harness show`, `harness history`, `harness compare`'s
+checked metadata and machine wording, the summary upgrade, and where runs live (data/reference,
+data/history, data/runs). Every run here is a small manifest.json + summary.json built by hand."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import REPO_ROOT
+
+from harness import cli, compare, environment, store
+from harness.errors import HarnessError
+
+# -- builders ---------------------------------------------------------------------------------------
+
+
+def _cal(pgbench: float, loops: float) -> dict:
+    part = {"pgbench": {"values": [pgbench] * 3, "unit": "transactions/s", "median": pgbench, "n": 3, "cv": 0.0},
+            "python_cpu": {"values": [loops] * 3, "unit": "loops/s", "median": loops, "n": 3, "cv": 0.0}}
+    return {"before": part, "after": copy.deepcopy(part)}
+
+
+def _manifest(run_id: str, *, boot="boot-a", flags="f" * 64, cpu="AMD EPYC", pymongo="4.20.1",
+              mongodb=("FerretDB", "v1.24.2"), version="v1", params=None, sha="a" * 40, pgbench=70000.0,
+              loops=11e6, placement="shared") -> dict:
+    params = params or {"pool_size": 10, "duration_s": 2.0}
+    return {
+        "format_version": store.FORMAT_VERSION, "run_id": run_id, "status": "complete", "profile": "full",
+        "started_at": run_id[:15], "finished_at": run_id[:15],
+        "experiments": {"mongo_pool": {"status": "ok", "needs": ["mongodb"], "params": params, "version": version,
+                                       "repeats_planned": 5},
+                        "pg_models": {"status": "ok", "needs": ["postgres"], "params": {"clients": 200},
+                                      "version": "p1", "repeats_planned": 5}},
+        "environment": {
+            "python": {"version": "3.11.7", "implementation": "CPython", "gil_enabled": True},
+            "packages": {"pymongo": pymongo, "psycopg": "3.3.9", "asyncpg": "0.32.0", "uvloop": "0.23.0"},
+            "machine": {"hostname": "vm", "cpu_model": cpu, "machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4",
+                        "boot_id": boot, "cpu_flags_sha256": flags, "cpu_count_logical": 2, "kernel": "Linux 6.18"},
+            "git": {"sha": sha, "dirty": False}, "lock_sha256": "d7578e8e8cbe"},
+        "servers": {"mongodb": {"product": mongodb[0], "version": mongodb[1], "label": f"{mongodb[0]} {mongodb[1]}",
+                                "source": "local"},
+                    "postgres": {"product": "PostgreSQL", "version": "15.18", "label": "PostgreSQL 15.18",
+                                 "source": "local"}},
+        "placement": {"placement": placement},
+        "calibration": _cal(pgbench, loops),
+    }
+
+
+def _metric(variant="bare", median=1000.0, lo=950.0, hi=1050.0, cv=0.03, n=5, normalised=None, unstable=False,
+            experiment="mongo_pool", metric="throughput_qps", bottleneck="database_cpu") -> dict:
+    return {"experiment": experiment, "variant": variant, "metric": metric, "unit": "queries/s", "median": median,
+            "ci_low": lo, "ci_high": hi, "cv": cv, "n_repeats": n, "unstable": unstable,
+            "stability": "", "normalised": normalised if normalised is not None else median / 11.0,
+            "normalised_by": "python_cpu", "interpreter": "CPython 3.11.7", "better": "higher", "headline": True,
+            "bottleneck": bottleneck}
+
+
+def _claim(cid="001-pool-01", verdict="reproduced", n=5, **extra) -> dict:
+    return {"claim_id": cid, "seed": cid[:3], "kind": "measurement", "comparison": "ratio", "verdict": verdict,
+            "seed_value": 2.0, "value": 2.1, "ci_low": 1.9, "ci_high": 2.3, "n": n, "interpreter": "CPython 3.11.7",
+            **extra}
+
+
+def _summary_v1(run_id: str, metrics=None, claims=None) -> dict:
+    return {"summary_version": 1, "run_id": run_id,
+            "metrics": metrics if metrics is not None else [_metric()],
+            "claims": claims if claims is not None else [_claim(), _claim("001-pool-02", "inconclusive")],
+            "chance_wrong": {"judged_rows": 2, "alpha": 0.05, "expected_wrong": 0.1},
+            "calibration": {}}
+
+
+def _summary_v2(run_id: str, metrics=None, claims=None) -> dict:
+    metrics = metrics if metrics is not None else [dict(_metric(median=1000.0), estimate=990.0)]
+    claims = claims if claims is not None else [
+        _claim(verdict="inconclusive", verdict_raw="reproduced", estimate=2.1, ci_level=0.9, n_used=4, n_ran=5,
+               p_adjusted=0.07)]
+    return {"summary_version": 2, "run_id": run_id, "metrics": metrics, "claims": claims, "calibration": {}}
+
+
+def _put(data, where: str, run_id: str, manifest: dict, summary: dict | None, raw: bool = False):
+    d = data / where / run_id
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+    if raw:
+        r = d / "mongo_pool" / "r0"
+        r.mkdir(parents=True)
+        (r / "result.json").write_text(json.dumps({"status": "ok", "cells": []}))
+    return d
+
+
+def harness(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+# -- the summary upgrade ------------------------------------------------------------------------------
+
+def test_upgrade_maps_a_v1_summary_to_the_v2_shape_and_leaves_its_input_alone():
+    v1 = _summary_v1("r1")
+    before = copy.deepcopy(v1)
+    up = store.upgrade_summary(v1)
+    assert v1 == before, "upgrade_summary must not change what it was given"
+    assert up["summary_version"] == 2 and up["upgraded_from"] == 1
+    m = up["metrics"][0]
+    assert m["estimate"] == m["median"] == 1000.0 and m["estimate_from"] == "median (v1)"
+    c = up["claims"][1]
+    assert c["verdict_raw"] == c["verdict"] == "inconclusive"
+    assert c["n_used"] == c["n_ran"] == 5 and c["estimate"] == 2.1 and c["ci_level"] == 0.95
+    assert c["p_adjusted"] is None
+    # no version at all: the summaries written before the field existed are version 1
+    assert store.upgrade_summary({"metrics": [], "claims": []})["upgraded_from"] == 1
+
+
+def test_upgrade_keeps_a_v2_summary_as_written():
+    v2 = _summary_v2("r2")
+    up = store.upgrade_summary(v2)
+    assert "upgraded_from" not in up
+    assert up["metrics"][0]["estimate"] == 990.0 and "estimate_from" not in up["metrics"][0]
+    assert up["claims"][0]["verdict_raw"] == "reproduced" and up["claims"][0]["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("bad, words", [
+    ([1, 2], "expected a JSON object"),
+    ({"summary_version": 3, "metrics": []}, "summary version 3"),
+    ({"summary_version": 1, "metrics": {"a": 1}}, "`metrics` is not a list"),
+    ({"summary_version": 2, "metrics": [], "claims": ["x"]}, "`claims` is not a list"),
+])
+def test_upgrade_refuses_what_is_not_a_readable_summary(bad, words):
+    with pytest.raises(HarnessError, match=words):
+        store.upgrade_summary(bad, "somewhere/summary.json")
+
+
+def test_load_summary_names_a_missing_or_malformed_file(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    with pytest.raises(HarnessError, match="no summary.json"):
+        store.load_summary(d)
+    (d / "summary.json").write_text("{not json")
+    with pytest.raises(HarnessError, match="malformed summary.json"):
+        store.load_summary(d)
+    (d / "summary.json").write_text(json.dumps(_summary_v1("r")))
+    assert store.load_summary(d)["metrics"][0]["estimate_from"] == "median (v1)"
+
+
+# -- where runs live ---------------------------------------------------------------------------------
+
+def test_runs_are_found_in_reference_history_and_runs_by_id_prefix_or_suffix(tmp_path):
+    _put(tmp_path, "reference", "20261201T000000Z-full-aaaa", _manifest("20261201T000000Z-full-aaaa"),
+         _summary_v1("x"), raw=True)
+    _put(tmp_path, "history", "20261130T000000Z-full-bbbb", _manifest("20261130T000000Z-full-bbbb"), _summary_v1("x"))
+    _put(tmp_path, "runs", "20261202T000000Z-quick-cccc", _manifest("20261202T000000Z-quick-cccc"), None, raw=True)
+    os.symlink("20261202T000000Z-quick-cccc", tmp_path / "runs" / "latest")
+    assert store.open_run("aaaa", tmp_path).path.parent.name == "reference"
+    assert store.open_run("20261130T000000Z-full-bbbb", tmp_path).path.parent.name == "history"
+    assert store.open_run("20261202", tmp_path).id == "20261202T000000Z-quick-cccc"
+    assert store.open_run("latest", tmp_path).id == "20261202T000000Z-quick-cccc"
+    with pytest.raises(HarnessError, match="ambiguous"):
+        store.open_run("2026120", tmp_path)   # a prefix of two runs (and a part of none is no match)
+    with pytest.raises(HarnessError, match="no run '-full-'"):
+        store.open_run("-full-", tmp_path)
+    listed = {r["run_id"]: (r["where"], r["has_summary"]) for r in store.list_runs(tmp_path)}
+    assert listed == {"20261201T000000Z-full-aaaa": ("reference", True),
+                      "20261130T000000Z-full-bbbb": ("history", True),
+                      "20261202T000000Z-quick-cccc": ("runs", False)}
+    assert [r["run_id"] for r in store.list_runs(tmp_path)][0] == "20261130T000000Z-full-bbbb"  # oldest first
+    out = CliRunner().invoke(cli.cli, ["runs", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "history" in out.output and "reference" in out.output and "(no summary.json)" in out.output
+
+
+def test_promote_makes_a_new_run_the_reference_and_keeps_the_old_ones_summary(tmp_path):
+    old, new = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "reference", old, _manifest(old), _summary_v1(old), raw=True)
+    _put(tmp_path, "runs", new, _manifest(new), _summary_v2(new), raw=True)
+    os.symlink(new, tmp_path / "runs" / "latest")
+    with pytest.raises(HarnessError, match="only a new run can be promoted"):
+        store.promote(old, tmp_path)
+    out = CliRunner().invoke(cli.cli, ["promote", new, "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in (tmp_path / "reference").iterdir()) == [new]
+    assert sorted(p.name for p in (tmp_path / "history" / old).iterdir()) == ["manifest.json", "summary.json"]
+    assert (tmp_path / "runs" / old / "mongo_pool" / "r0").is_dir(), "the old reference's raw data is kept aside"
+    assert store.open_run("latest", tmp_path).path == tmp_path / "reference" / new
+    assert store.open_run(old, tmp_path).path.parent.name == "runs"   # the copy with raw data first
+
+
+def test_promote_refuses_a_run_without_a_summary(tmp_path):
+    new = "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "runs", new, _manifest(new), None, raw=True)
+    with pytest.raises(HarnessError, match="no summary.json"):
+        store.promote(new, tmp_path)
+    assert (tmp_path / "runs" / new).is_dir() and not (tmp_path / "reference").exists()
+
+
+# -- harness show -------------------------------------------------------------------------------------
+
+def test_show_prints_a_v1_run_from_its_summary_alone(tmp_path):
+    rid = "20261130T000000Z-full-aaaa"
+    metrics = [_metric(), _metric("contended", 500.0, 300.0, 700.0, cv=0.25, n=5, unstable=True, bottleneck="pool")]
+    _put(tmp_path, "history", rid, _manifest(rid), _summary_v1(rid, metrics=metrics))
+    out = CliRunner().invoke(cli.cli, ["show", "aaaa", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert f"run {rid}: complete" in text and "in history" in text
+    assert "summary format version 1" in text
+    assert "mongo_pool.bare.throughput_qps" in text and "1000 [950, 1050]" in text and "3.0%/5" in text
+    assert "WARNING unstable: mongo_pool.contended.throughput_qps: CV 25.0% over 5 repeats" in text
+    assert "seed 001: 1 reproduced, 1 inconclusive (2 rows)" in text
+    assert "mongo_pool: pool: contended" in text and "mongo_pool: database_cpu: bare" in text
+    assert "AMD EPYC" in text and "boot boot-a" in text
+    assert "mongodb: FerretDB v1.24.2 [local]" in text and "pymongo 4.20.1" in text
+    assert "pgbench 70,000 tps" in text
+
+
+def test_show_prints_a_v2_runs_adjusted_and_raw_verdicts(tmp_path):
+    rid = "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "history", rid, _manifest(rid), _summary_v2(rid))
+    text = compare.show_text(store.open_run(rid, tmp_path))
+    assert "summary format version" not in text
+    assert "990 [950, 1050]" in text            # the estimate, with the median beside it
+    row = next(line for line in text.splitlines() if "mongo_pool.bare.throughput_qps" in line)
+    assert " 1000 " in row
+    claim = next(line for line in text.splitlines() if "001-pool-01" in line)
+    assert "inconclusive (unadjusted: reproduced)" in claim and "90%" in claim and "4/5" in claim
+    assert "0.07" in claim
+
+
+@pytest.mark.parametrize("setup, words", [
+    ("missing run", "no run 'nosuchrun'"),
+    ("no summary", "no summary.json"),
+    ("malformed summary", "malformed summary.json"),
+    ("malformed manifest", "malformed manifest.json"),
+])
+def test_show_errors_are_one_line_and_exit_2(tmp_path, setup, words):
+    rid = "nosuchrun"
+    if setup != "missing run":
+        d = _put(tmp_path, "history", rid, _manifest(rid), None)
+        if setup == "malformed summary":
+            (d / "summary.json").write_text('{"metrics": [')
+        if setup == "malformed manifest":
+            (d / "manifest.json").write_text("{")
+    out = harness("show", rid, env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_summarise_refuses_a_run_without_raw_data(tmp_path):
+    rid = "20261130T000000Z-full-aaaa"
+    _put(tmp_path, "history", rid, _manifest(rid), _summary_v1(rid))
+    out = harness("summarise", "aaaa", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
+    assert out.returncode == 2 and "has no raw data" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# -- harness history ----------------------------------------------------------------------------------
+
+def test_beyond_spread_needs_apart_intervals_and_a_change_beyond_the_cv():
+    a = {"estimate": 100.0, "ci_low": 95.0, "ci_high": 105.0, "cv": 0.03}
+    assert compare.beyond_spread(a, {"estimate": 120.0, "ci_low": 115.0, "ci_high": 125.0, "cv": 0.03}) is True
+    # overlapping intervals: no flag, however large the CV
+    assert compare.beyond_spread(a, {"estimate": 103.0, "ci_low": 98.0, "ci_high": 108.0, "cv": 0.03}) is False
+    # apart, but the change (8%) is within the larger CV (10%): no flag
+    assert compare.beyond_spread(a, {"estimate": 108.0, "ci_low": 106.0, "ci_high": 110.0, "cv": 0.10}) is False
+    assert compare.beyond_spread(a, {"estimate": 120.0, "ci_low": None, "ci_high": None, "cv": None}) is None
+    # normalised: the estimate's interval scaled by normalised / estimate
+    na, nb = dict(a, normalised=10.0), {"estimate": 200.0, "ci_low": 190.0, "ci_high": 210.0, "cv": 0.03,
+                                         "normalised": 10.2}
+    assert compare.beyond_spread(na, nb, "normalised") is False
+    assert compare.beyond_spread(na, nb, "estimate") is True
+
+
+def test_history_shows_committed_runs_by_commit_and_machine_and_flags_real_changes(tmp_path):
+    runs = [("20261128T000000Z-full-0001", "boot-a", "1" * 40, 1000.0, 950.0, 1050.0, 11e6),
+            ("20261129T000000Z-full-0002", "boot-a", "2" * 40, 1010.0, 960.0, 1060.0, 11e6),   # within spread
+            ("20261130T000000Z-full-0003", "boot-a", "3" * 40, 1500.0, 1450.0, 1550.0, 11e6),  # beyond spread
+            # another machine, half as fast: absolute halves, normalised holds -> judged normalised, no flag
+            ("20261201T000000Z-full-0004", "boot-b", "4" * 40, 750.0, 725.0, 775.0, 5.5e6)]
+    for i, (rid, boot, sha, med, lo, hi, loops) in enumerate(runs):
+        norm = med / (loops / 1e6)
+        s = _summary_v1(rid, metrics=[_metric(median=med, lo=lo, hi=hi, normalised=norm)])
+        _put(tmp_path, "reference" if i == len(runs) - 1 else "history", rid,
+             _manifest(rid, boot=boot, sha=sha, loops=loops), s)
+    _put(tmp_path, "runs", "20261202T000000Z-full-0005", _manifest("20261202T000000Z-full-0005"), None, raw=True)
+    out = CliRunner().invoke(cli.cli, ["history", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert "0005" not in text, "data/runs is not committed: only with --all"
+    assert "commit 1111111 machine M1" in text and "commit 4444444 machine M2" in text
+    assert "mongo_pool.bare.throughput_qps (queries/s, higher is better)" in text
+    rows = text.split("mongo_pool.bare.throughput_qps (")[1].splitlines()[1:5]
+    assert [r.split()[:3] for r in rows] == [["#1", "1111111", "M1"], ["#2", "2222222", "M1"],
+                                             ["#3", "3333333", "M1"], ["#4", "4444444", "M2"]]
+    assert "1000 [950, 1050]" in rows[0] and "norm 90.91 [86.36, 95.45]" in rows[0]
+    assert "+1.0% abs vs #1" in rows[1] and "CHANGED" not in rows[1]
+    assert "+48.5% abs vs #2 CHANGED" in rows[2]
+    assert "norm vs #3" in rows[3] and "CHANGED" not in rows[3]
+    assert "1 with a change beyond the runs' spread" in text
+    only = CliRunner().invoke(cli.cli, ["history", "--changed", "--figure", "bare", "--data-dir", str(tmp_path)])
+    assert "1 figure(s) shown" in only.output
+
+
+def test_history_without_committed_runs_is_a_clear_error(tmp_path):
+    out = harness("history", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
+    assert out.returncode == 2 and "no committed run" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# -- harness compare: checked metadata and the machine ------------------------------------------------
+
+def test_compare_lists_differing_metadata_and_says_what_is_incomparable(tmp_path):
+    a_id, b_id = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "history", a_id, _manifest(a_id), _summary_v1(a_id))
+    _put(tmp_path, "runs", b_id,
+         _manifest(b_id, pymongo="4.18.2", mongodb=("MongoDB", "8.2.1"), version="v2", placement="split",
+                   params={"pool_size": 20, "duration_s": 2.0}),
+         _summary_v2(b_id, metrics=[dict(_metric(), estimate=1000.0),
+                                    dict(_metric(experiment="pg_models", variant="x", metric="rps"), estimate=1.0)]))
+    text = compare.compare_text(store.open_run(a_id, tmp_path), store.open_run(b_id, tmp_path))
+    assert "[differs] driver pymongo: A 4.20.1 | B 4.18.2 -- shapes mongo_pool" in text
+    assert "[INCOMPARABLE] server mongodb: A FerretDB v1.24.2 | B MongoDB 8.2.1" in text
+    assert "[INCOMPARABLE] experiment mongo_pool" in text and "pool_size 10 vs 20" in text
+    assert "[differs] placement: A shared | B split" in text
+    assert "[differs] summary format: A version 1 | B version 2" in text
+    assert "NOT COMPARABLE: mongo_pool" in text and "pg_models (" not in text.split("NOT COMPARABLE")[1].split("\n")[0]
+    assert "[differs] driver psycopg" not in text   # equal metadata is not listed
+    meta, bad = compare.checked_metadata(store.open_run(a_id, tmp_path).manifest, store.open_run(b_id, tmp_path).manifest)
+    assert set(bad) == {"mongo_pool"}
+    df = compare.compare(compare.summary_of(store.open_run(a_id, tmp_path)),
+                         compare.summary_of(store.open_run(b_id, tmp_path)), bad)
+    assert dict(zip(df["figure"], df["comparable"]))["mongo_pool.bare.throughput_qps"] == "NO"
+
+
+def test_compare_flags_a_changed_experiment_version_with_the_same_parameters():
+    ma, mb = _manifest("a"), _manifest("b", version="v2")
+    meta, bad = compare.checked_metadata(ma, mb)
+    assert bad == {"mongo_pool": "its code differs (version v1 vs v2, same parameters)"}
+    meta, bad = compare.checked_metadata(ma, copy.deepcopy(ma))
+    assert meta == [] and bad == {}
+
+
+def test_a_shared_machine_id_never_makes_two_boots_the_same_machine():
+    ma = _manifest("a", boot="boot-a", pgbench=73800.0, loops=11.4e6)
+    mb = _manifest("b", boot="boot-b", pgbench=32500.0, loops=4.95e6)
+    text = compare.machine_identity(ma, mb)
+    assert text.startswith("different boots (boot-a vs boot-b), same CPU model (AMD EPYC), same CPU flags")
+    assert "ceilings 2.3x apart" in text and "machine-id" in text and "does not tell" in text
+    assert "same machine" not in text
+    same = compare.machine_identity(ma, _manifest("c", boot="boot-a", pgbench=72000.0, loops=11.3e6))
+    assert same.startswith("same boot (boot-a): one machine") and "ceilings within 2%" in same
+    other_cpu = compare.machine_identity(ma, _manifest("d", boot="boot-c", flags="0" * 64, cpu="Intel Xeon"))
+    assert "different CPU models (AMD EPYC vs Intel Xeon)" in other_cpu and "different CPU flags" in other_cpu
+    old = copy.deepcopy(ma)
+    del old["environment"]["machine"]["boot_id"]
+    assert "boot not recorded for B" in compare.machine_identity(ma, old)
+
+
+def test_cpu_identity_hashes_the_flags_whatever_their_order():
+    info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+            "stepping\t: 1\ncpu MHz\t\t: 2445.426\nflags\t\t: {}\n\nprocessor\t: 1\nflags\t\t: other\n")
+    a = environment.cpu_identity(info.format("sse avx fpu"))
+    b = environment.cpu_identity(info.format("fpu sse avx"))
+    c = environment.cpu_identity(info.format("fpu sse"))
+    assert a["cpu_flags_sha256"] == b["cpu_flags_sha256"] != c["cpu_flags_sha256"]
+    assert a["cpu_signature"] == "25/1/1" and a["cpu_mhz"] == pytest.approx(2445.426) and a["cpu_flags_count"] == 3
+    m = environment.machine()
+    assert {"machine_id", "boot_id", "cpu_model", "cpu_flags_sha256", "cpu_mhz"} <= set(m)
+
+
+def test_compare_reads_runs_without_raw_tables(tmp_path):
+    """A history run has no raw tables: compare must not try to re-judge it."""
+    a_id, b_id = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "history", a_id, _manifest(a_id), _summary_v1(a_id))
+    _put(tmp_path, "history", b_id, _manifest(b_id, boot="boot-b"), _summary_v1(b_id))
+    out = CliRunner().invoke(cli.cli, ["compare", "aaaa", "bbbb", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "checked metadata: 1 difference(s)" in out.output and "[differs] machine" in out.output
+    assert isinstance(compare.compare(compare.summary_of(store.open_run(a_id, tmp_path)),
+                                      compare.summary_of(store.open_run(b_id, tmp_path))), pd.DataFrame)
+
+
+def test_summarise_rewrites_the_summary_of_a_run_with_raw_data(smoke_run, tmp_path):
+    """On a copy of the session's smoke run (servers): the summary is re-judged from the raw tables,
+    written atomically, and then read back like any other through load_summary and show."""
+    import shutil
+
+    copy_ = tmp_path / "runs" / smoke_run.path.name
+    shutil.copytree(smoke_run.path, copy_)
+    (copy_ / "summary.json").write_text("{broken")
+    out = CliRunner().invoke(cli.cli, ["summarise", smoke_run.id, "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "summary.json" in out.output and "claim rows" in out.output
+    s = store.load_summary(copy_)
+    assert s["metrics"] and s["run_id"] == smoke_run.id
+    assert not list(copy_.glob("*.tmp*")), "no temporary file left beside summary.json"
+    assert f"run {smoke_run.id}: complete" in compare.show_text(store.open_run(smoke_run.id, tmp_path))
+    assert all(e.get("version") for e in smoke_run.experiments.values()), "study.run records each version"
