@@ -598,9 +598,10 @@ def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
         return [f"background-color: {c}"] * len(row)
 
     return (df.style.apply(colour, axis=1)
-            .format({k: fmt for k in ("seed_value", "estimate", "ci_low", "ci_high", "detectable", "n_used",
-                                      "n_ran") if k in df.columns})
-            .format({k: _pfmt for k in ("p_value", "p_adjusted", "ci_level") if k in df.columns})
+            # one format call: a second one without `subset` resets the first one's columns
+            .format({**{k: fmt for k in ("seed_value", "estimate", "ci_low", "ci_high", "detectable", "n_used",
+                                         "n_ran") if k in df.columns},
+                     **{k: _pfmt for k in ("p_value", "p_adjusted", "ci_level") if k in df.columns}})
             .hide(axis="index")
             .set_properties(subset=[c for c in ("sentence",) if c in df.columns],
                             **{"text-align": "left", "min-width": "28em"})

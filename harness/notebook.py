@@ -16,7 +16,9 @@ parameters -> load -> table -> plot.
   per-request samples: a repeat is the unit of evidence);
 - `metrics()` / `headline()`: an experiment's per-repeat figures from its analysis module
   (`Experiment.analysis`), aggregated the same way;
-- `show()` displays a table and also stores it in the executed notebook (a JSON output the
+- `table()` is how a notebook displays a table: `display(notebook.table(frame))` (a DataFrame or a
+  Styler) renders every missing value as "—" (`NA_REP`), never "NaN"; the values are not changed;
+- `show()` displays a table that way and also stores it in the executed notebook (a JSON output the
   report does not render), so tests can check the printed values against the run (`shown()`);
 - `save()` wraps `figures.save_figure` with the run, notebook and parameters given to `open_run()`.
 Figures are drawn from ok cells only (`Run.table` keeps those); `cells_note()` states how many.
@@ -38,6 +40,7 @@ from .store import Run
 
 SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "cv", "unstable", "stability")
 TABLE_MIME = "application/vnd.harness.table+json"
+NA_REP = "—"   # how a displayed table shows a missing value (NaN, None, NA), instead of "NaN"
 _told: set[str] = set()   # experiments `has()` has already explained
 
 
@@ -137,12 +140,101 @@ def headline(run: Run, experiment: str) -> pd.DataFrame:
     return table.sort_values("metric", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
-def show(table: pd.DataFrame, key: str) -> None:
-    """Display `table`, and keep it under `key` in the notebook's outputs for `shown()`."""
+def _missing(value: Any) -> bool:
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
+def _blank_missing(values: pd.Index) -> pd.Index:
+    """An index (one level) with its missing labels read as NA_REP (for display only)."""
+    if not values.hasnans:
+        return values
+    return pd.Index([NA_REP if _missing(v) else v for v in values], name=values.name, dtype=object)
+
+
+def _blank_axis(axis: pd.Index) -> pd.Index:
+    if isinstance(axis, pd.MultiIndex):
+        levels = [axis.get_level_values(i) for i in range(axis.nlevels)]
+        if not any(level.hasnans for level in levels):
+            return axis
+        return pd.MultiIndex.from_arrays([_blank_missing(level) for level in levels], names=axis.names)
+    return _blank_missing(axis)
+
+
+class Table:
+    """A DataFrame as a notebook displays it (pandas' own HTML and text, with its display options
+    such as `display.float_format`), except that every missing value reads NA_REP."""
+
+    def __init__(self, frame: pd.DataFrame):
+        frame = frame.copy()
+        for i in range(frame.shape[1]):  # floats keep their dtype (and format); NaN is na_rep's
+            col = frame.iloc[:, i]
+            if not pd.api.types.is_float_dtype(col.dtype) and col.isna().any():
+                frame.isetitem(i, col.astype(object).map(lambda v: NA_REP if _missing(v) else v))
+        frame.index, frame.columns = _blank_axis(frame.index), _blank_axis(frame.columns)
+        self.frame = frame
+
+    def _options(self) -> dict[str, Any]:
+        max_rows, min_rows = pd.get_option("display.max_rows"), pd.get_option("display.min_rows")
+        if max_rows and min_rows and len(self.frame) > max_rows:  # truncated as pandas does: min_rows shown
+            max_rows = min(min_rows, max_rows)
+        return {"na_rep": NA_REP, "float_format": pd.get_option("display.float_format"),
+                "max_rows": max_rows, "max_cols": pd.get_option("display.max_columns"),
+                "show_dimensions": pd.get_option("display.show_dimensions")}
+
+    def _repr_html_(self) -> str:
+        return str(self.frame.to_html(notebook=True, **self._options()))
+
+    def __repr__(self) -> str:
+        return str(self.frame.to_string(line_width=pd.get_option("display.width"), **self._options()))
+
+
+def table(data: Any) -> Any:
+    """What to `display()` for `data`, a DataFrame (or Series) or a pandas Styler, so that no cell
+    reads "NaN": missing values render as NA_REP ("—"). The values are not changed, only how they
+    read; a Styler keeps its own formats and colours. Anything else is returned as it is."""
+    from pandas.io.formats.style import Styler
+
+    if isinstance(data, pd.Series):
+        data = data.to_frame()
+    if isinstance(data, pd.DataFrame):
+        return Table(data)
+    if isinstance(data, Styler):
+        # wrap each cell's formatter (a Styler's own, or pandas' default, which prints "nan");
+        # Styler.format(na_rep=...) alone would reset the formats the Styler was given
+        funcs, index_funcs = getattr(data, "_display_funcs", None), getattr(data, "_display_funcs_index", None)
+        if funcs is None or index_funcs is None:
+            return data.format(na_rep=NA_REP)
+        rows, cols = data.data.shape
+        for r in range(rows):
+            for c in range(cols):
+                funcs[(r, c)] = _na_first(funcs[(r, c)])
+            for level in range(data.data.index.nlevels):
+                index_funcs[(r, level)] = _na_first(index_funcs[(r, level)])
+        return data
+    return data
+
+
+def _na_first(formatter: Any) -> Any:
+    """`formatter`, except that a missing value it would print as nan/None/<NA> (or cannot format)
+    reads NA_REP; a Styler's own text for a missing value ("— (not measured)") is kept."""
+    def fmt(value: Any) -> Any:
+        if not _missing(value):
+            return formatter(value)
+        try:
+            text = formatter(value)
+        except (TypeError, ValueError):
+            return NA_REP
+        return NA_REP if str(text).strip().lower() in {"nan", "none", "<na>", "nat", ""} else text
+    return fmt
+
+
+def show(frame: pd.DataFrame, key: str) -> None:
+    """Display `frame` (through `table()`), and keep it under `key` in the notebook's outputs for
+    `shown()`."""
     from IPython.display import display
 
-    display(table)
-    display({TABLE_MIME: {"key": key, "table": json.loads(table.to_json(orient="split", date_format="iso"))}},
+    display(table(frame))
+    display({TABLE_MIME: {"key": key, "table": json.loads(frame.to_json(orient="split", date_format="iso"))}},
             raw=True)
 
 

@@ -38,9 +38,11 @@ failed cell's rows stay on disk as raw data but never enter a table as if clean.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -420,6 +422,27 @@ def load_summary(where: Run | Path) -> dict[str, Any]:
 
 # -- promotion: a new run becomes the reference ------------------------------------------------------
 
+# A committed reference run keeps its server logs, gzipped when large: FerretDB's log of a full run
+# is about 8 MB of text that compresses about 15-fold, and every committed byte stays in the clone.
+LARGE_LOG_BYTES = 1 << 20
+
+
+def compress_server_logs(run_path: Path) -> list[str]:
+    """gzip each `servers/*.log` of a run larger than LARGE_LOG_BYTES (written aside, then renamed;
+    the plain file is removed only after). Returns one line per log compressed."""
+    done = []
+    for log in sorted((run_path / "servers").glob("*.log")):
+        if log.stat().st_size <= LARGE_LOG_BYTES:
+            continue
+        tmp = log.with_name(f"{INCOMPLETE_PREFIX}{log.name}.gz")
+        with log.open("rb") as src, gzip.open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(tmp, log.with_name(log.name + ".gz"))
+        log.unlink()
+        done.append(f"{run_path.name}: {log.relative_to(run_path)} gzipped")
+    return done
+
+
 def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
     """Make run `ref` (a complete run of data/runs, with raw data and summary.json) the reference:
     the current reference's manifest.json and summary.json go to data/history/<id>/ and its raw
@@ -463,6 +486,7 @@ def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
     was_latest = (work_root / "latest").resolve() == run.path.resolve()
     os.rename(run.path, ref_root / run.path.name)
     moves.append(f"{run.id}: -> {ref_root / run.path.name} (the reference)")
+    moves += compress_server_logs(ref_root / run.path.name)
     if was_latest:   # `latest` follows it
         link, tmp_link = work_root / "latest", work_root / f".latest-{run.id}"
         tmp_link.unlink(missing_ok=True)
