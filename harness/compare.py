@@ -123,15 +123,21 @@ def compare_agreement(sa: dict[str, Any], sb: dict[str, Any], exclude: Any = ())
             "normalised": stats.median_relative_change(both["normalised_b"] / both["normalised_a"])}
 
 
-# The two verdicts that contradict each other: a claim moving between them across runs means the
-# verdict depends on the run (issue 10's test of two machines); moves into or out of
-# `inconclusive` (or to and from `direction only`) are expected with few repeats.
-OPPOSED = {"reproduced", "not reproduced"}
+# Verdicts that contradict each other: a claim that holds (`reproduced`, `equivalent`) in one run
+# and is `not reproduced` in the other depends on the run (issue 10's test of two machines); moves
+# into or out of `inconclusive`, `direction only` or `premise not met` are expected with few repeats.
+HOLDS = {"reproduced", "equivalent"}
+OPPOSED_TO_HOLDS = "not reproduced"
+
+
+def opposed(a: str, b: str) -> bool:
+    return (a in HOLDS and b == OPPOSED_TO_HOLDS) or (b in HOLDS and a == OPPOSED_TO_HOLDS)
 
 
 def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every measurement claim judged in either run: its verdict in A and B, and whether it moved
-    (`same`, `moved`, or `OPPOSED` for reproduced <-> not reproduced); with the counts of each."""
+    (`same`, `moved`, or `OPPOSED` for reproduced or equivalent <-> not reproduced);
+    with the counts of each."""
     def verdicts(s: dict[str, Any]) -> dict[tuple[str, str], str]:
         return {(c["claim_id"], c.get("interpreter") or ""): c["verdict"] for c in s.get("claims", [])
                 if c.get("kind") == "measurement" and c.get("verdict")
@@ -140,7 +146,7 @@ def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFra
     rows = []
     for key in sorted(set(va) | set(vb)):
         a, b = va.get(key, "—"), vb.get(key, "—")
-        change = "same" if a == b else ("OPPOSED" if {a, b} == OPPOSED else
+        change = "same" if a == b else ("OPPOSED" if opposed(a, b) else
                                         "only in one run" if "—" in (a, b) else "moved")
         rows.append({"claim": key[0], "interpreter": key[1], "A": a, "B": b, "change": change})
     df = pd.DataFrame(rows, columns=["claim", "interpreter", "A", "B", "change"])
@@ -458,7 +464,7 @@ def compare_text(run_a: Run, run_b: Run) -> str:
         lines.append("")
         lines.append(f"verdicts of {len(verdicts)} measurement claims: {counts['same']} the same, "
                      f"{counts['moved']} moved (into or out of inconclusive, direction only, ...), "
-                     f"{counts['OPPOSED']} between reproduced and not reproduced, "
+                     f"{counts['OPPOSED']} between holding (reproduced or equivalent) and not reproduced, "
                      f"{counts['only in one run']} judged in one run only")
         changed = verdicts[verdicts["change"] != "same"]
         if len(changed):
