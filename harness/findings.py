@@ -246,18 +246,6 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def upgrade(d: Any, source: str = "summary") -> dict[str, Any]:
-    """A summary dict in the current version's shape: `store.upgrade_summary`, the one upgrade
-    function every reader goes through."""
-    return store.upgrade_summary(d, source)
-
-
-def load_summary(path: str | Path) -> dict[str, Any]:
-    """A run's summary.json (the file or its run directory), upgraded; a one-line HarnessError when
-    it is missing or malformed (`store.load_summary`)."""
-    return store.load_summary(Path(path))
-
-
 def reference_summary(data_dir: Path | None = None) -> Path | None:
     """`data/reference/<id>/summary.json` of the one reference run; None when there is none yet."""
     root = store.location_dir("reference", data_dir)
@@ -402,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--readme", default=str(README), help="the README to read or write")
     args = ap.parse_args(argv)
     try:
-        summary = load_summary(_source(args.summary))
+        summary = store.load_summary(_source(args.summary))
         block = render_block(summary)
         readme = Path(args.readme)
         if args.write_readme or args.check:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import findings
+from harness import findings, store
 from harness.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ SYNTHETIC = _summary([
 
 
 def _rows() -> dict[str, dict]:
-    return {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(SYNTHETIC))}
+    return {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(SYNTHETIC))}
 
 
 def test_lessons_are_the_seeds_verify_lines_and_seed_000s_two():
@@ -109,7 +109,7 @@ def test_a_row_takes_its_figure_verdict_and_sentence_from_its_first_claim():
 def test_a_premise_not_met_shows_what_was_measured_instead():
     claim = _claim("002-slow20-03", "premise not met", None, None, None, n_used=0, server="PostgreSQL 15.18")
     claim.update(bottleneck_measured="client CPU + pool 10/10", ci_level=None)
-    row = {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(_summary([claim])))}["002-cpu"]
+    row = {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(_summary([claim])))}["002-cpu"]
     assert row["verdict"] == "premise not met"
     assert row["figure"] == "— (n=0 of 10; bottleneck measured: client CPU + pool 10/10)"
     assert row["means"] == next(lx for lx in findings.LESSONS if lx.id == "002-cpu").means["open"]
@@ -123,7 +123,7 @@ def test_a_lesson_the_run_did_not_measure_says_so():
 
 
 def test_the_markdown_table_has_one_row_per_lesson_and_names_the_run():
-    block = findings.render_block(findings.upgrade(SYNTHETIC))
+    block = findings.render_block(store.upgrade_summary(SYNTHETIC))
     assert block.startswith(findings.START) and block.endswith(findings.END)
     assert "20990101T000000Z-full-test" in block and "after Holm's correction" in block
     lines = [x for x in block.splitlines() if x.startswith("| ")]
@@ -141,7 +141,7 @@ def test_a_version_1_summary_is_read_through_the_upgrade():
           "claims": [{"claim_id": "001-client-01", "kind": "measurement", "comparison": "ratio",
                       "verdict": "direction only", "value": 4.81, "ci_low": 4.33, "ci_high": 5.34, "n": 10,
                       "seed_unit": "x (per request / shared)", "server": FERRETDB}]}
-    row = {r["lesson"]: r for r in findings.lesson_rows(findings.upgrade(v1))}["001-client"]
+    row = {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(v1))}["001-client"]
     assert row["figure"] == "×4.81 [4.33, 5.34] (95%, n=10)" and row["verdict"] == "direction only"
 
 
@@ -166,13 +166,13 @@ def test_write_and_check_a_readme(tmp_path, capsys):
 
 def test_a_missing_or_malformed_summary_is_one_clear_error(tmp_path):
     with pytest.raises(HarnessError, match="no summary.json"):
-        findings.load_summary(tmp_path)
+        store.load_summary(tmp_path)
     (tmp_path / "summary.json").write_text("{not json")
     with pytest.raises(HarnessError, match="malformed"):
-        findings.load_summary(tmp_path)
+        store.load_summary(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"summary_version": 1, "claims": "nope"}))
     with pytest.raises(HarnessError, match="malformed"):
-        findings.load_summary(tmp_path)
+        store.load_summary(tmp_path)
 
 
 def test_the_reference_run_is_found_once(tmp_path):
@@ -191,7 +191,7 @@ def test_the_readme_findings_match_the_reference_run():
     ref = findings.reference_summary(REPO_ROOT / "data")
     if ref is None:
         pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
-    block = findings.render_block(findings.load_summary(ref))
+    block = findings.render_block(store.load_summary(ref))
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert findings.readme_block(readme) == block, \
         f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"
