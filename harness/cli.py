@@ -1,5 +1,5 @@
-"""Command line: `python -m harness list | run | study | report | runs | show | compare | history |
-summarise | promote | servers`.
+"""Command line: `python -m harness list | run | study | verify | report | runs | show | compare |
+history | summarise | promote | servers`.
 
 Argument parsing and calls into `study`, `servers` and `report` only. Every HarnessError becomes a
 one-paragraph message on stderr and exit status 2; no traceback for problems the user can fix.
@@ -189,6 +189,36 @@ def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) ->
         _print_outcome_lines(run_)
         out = report_mod.build(run_, keep_code=keep_code)
         click.echo(f"report: {out}")
+
+
+@cli.command("verify")
+@click.argument("workload", type=click.Path(path_type=Path), metavar="WORKLOAD.toml")
+@click.option("--confirm-host", "confirm_hosts", multiple=True, metavar="HOST",
+              help="Allow the load to reach HOST, a target that is not on loopback. Repeatable.")
+@_repeat
+@_data_dir
+@click.option("--no-report", is_flag=True, help="Store the run without building its report page.")
+def verify_cmd(workload, confirm_hosts, repeat, data_dir, no_report) -> None:
+    """Run the seeds' "Verify" checks on your own database and queries (a workload file: see
+    examples/workloads/) and build a one-page decision report."""
+    from . import report as report_mod
+    from . import verify
+
+    w, _ = verify.prepare(workload, tuple(confirm_hosts), data_dir)   # every input error before the progress bar
+    progress = _Progress(total=repeat or w.load.repeats)
+    try:
+        path = verify.run(workload, tuple(confirm_hosts), data_dir=data_dir, repeat=repeat, on_event=progress)
+    finally:
+        progress.close()
+    run_ = store.Run(path)
+    _print_outcome_lines(run_)
+    if run_.manifest["status"] == "complete":
+        for line in verify.verdict_lines(run_):
+            click.echo(line)
+    if not no_report:
+        click.echo(f"report: {report_mod.build(run_)}")
+    if run_.manifest["status"] != "complete":
+        sys.exit(1)
 
 
 def _cell_counts(cells: list[dict] | dict) -> str:

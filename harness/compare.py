@@ -283,6 +283,25 @@ def _packages(m: dict[str, Any]) -> dict[str, Any]:
     return {**study, **((m.get("interpreter") or {}).get("packages") or {})}
 
 
+def _driver_levels(m: dict[str, Any]) -> dict[str, str]:
+    """The departures experiment's driver levels (issue 25), as `prepare()` recorded them in the
+    manifest: `<python> <level>` -> the versions installed for its pins (`pymongo 4.15.5`), `skipped`
+    or `the lock's`. A level such as `pymongo=4.15.*` may resolve to another release in another run."""
+    prepared = ((m.get("prepared") or {}).get("departures") or {})
+    out = {}
+    for key, rec in prepared.items():
+        if not isinstance(rec, dict) or not rec.get("pins"):
+            continue
+        if rec.get("skipped"):
+            out[key] = "skipped (did not install)"
+        elif rec.get("same_as"):
+            out[key] = f"the {rec['same_as']}'s versions"
+        else:
+            packages = rec.get("packages") or {}
+            out[key] = ", ".join(f"{n} {packages.get(n) or '?'}" for n in sorted(rec["pins"]))
+    return out
+
+
 def _server(m: dict[str, Any], role: str) -> tuple[str | None, str | None]:
     ident = (m.get("servers") or {}).get(role) or {}
     product = ident.get("product")
@@ -350,6 +369,11 @@ def checked_metadata(ma: dict[str, Any], mb: dict[str, Any], sa: dict[str, Any] 
             users = [e for e in common if _uses(e, prefixes)]
             row(f"driver {name}", pa.get(name), pb.get(name), NOTE,
                 "shapes " + (", ".join(users) if users else "no experiment of both runs"))
+    da, db = _driver_levels(ma), _driver_levels(mb)
+    for key in sorted(set(da) | set(db)):
+        if da.get(key) != db.get(key):
+            row(f"driver level {key} (departures)", da.get(key) or "not run", db.get(key) or "not run", NOTE,
+                "the departures driver factor's level ran other versions (or only in one run)")
     others = sorted(n for n in set(pa) | set(pb) if n not in DRIVERS and pa.get(n) != pb.get(n))
     if others:
         row("other packages", ", ".join(f"{n} {pa.get(n) or '—'}" for n in others),

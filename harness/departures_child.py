@@ -3,8 +3,8 @@
 It runs in the cell's interpreter (3.11, 3.12, 3.13, free-threaded builds), pins itself to the
 cell's client cores first thing, runs the family's models back to back with mongo_workload's
 `threads_variant`/`async_variant` or pg_workload's `run_variant`, and writes windows, samples,
-its affinity and its runtime to OUT (JSON). `harness.experiments.departures` builds the cells,
-starts this child and records what it returns.
+its affinity, its runtime and the drivers' versions (read back) to OUT (JSON).
+`harness.experiments.departures` builds the cells, starts this child and records what it returns.
 
 It lives apart from the experiment so that a child imports only the workload code (~0.5 s),
 not pandas and the experiment floor (~1.1 s): a full run starts about 70 of them.
@@ -91,6 +91,9 @@ def run_cell(spec: dict) -> dict[str, Any]:
         "client_affinity": placement.set_client(spec["client_cpus"]),
         "client_affinity_proc": placement.proc_status_affinity(os.getpid()),
         "runtime": interpreters.runtime_record(),
+        # the drivers this interpreter's venv holds, read back (importlib.metadata): the driver factor's
+        # levels are checked against them and every window records them
+        "drivers": interpreters.driver_versions(),
     }
     run = _child_mongo if spec["family"] == "mongo" else _child_pg
     result["windows"], result["samples"] = run(spec)

@@ -7,13 +7,13 @@ import os
 import platform
 import subprocess
 import sys
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from .config import REPO_ROOT
+from .interpreters import installed_versions
 from .redact import redact
 from .servers import ServerStack
 
@@ -26,13 +26,7 @@ POSTGRES_SETTINGS_SHOWN = ("max_connections", "shared_buffers", "fsync", "synchr
 
 
 def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib_metadata.version(name)
-        except importlib_metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return installed_versions(PACKAGES)
 
 
 def cpu_model() -> str:

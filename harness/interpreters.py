@@ -15,8 +15,16 @@ find` when uv is installed) and asks it for its version and build; nothing is ev
 The study's own interpreter uses the study's own environment (no second copy). The harness itself
 is not installed into these venvs: children run from the repository root (`child_env()`).
 
+`ensure_pinned_venv(interp, {"pymongo": "4.18.2"})` (issue 25, the departures' driver factor) builds
+`.venvs/py3.12-pymongo-4.18.2/`: the client packages under the same pins with only the named ones
+overridden (a version may end in `.*`: `4.15.*`). Pins equal to the lock's are the interpreter's own
+venv (nothing installed). A pin the index does not serve, or that does not install or import on the
+interpreter, raises `PinUnavailable` (one line, the reason) and leaves a marker beside the venvs, so
+that the lookup inside a measurement (`build=False`) gives the same reason: a skip, not a failure.
+`driver_versions()` reads the drivers' versions back (importlib.metadata) in the running process.
+
 `python -m harness.interpreters 3.12 3.13` builds the venvs ahead of a run (it downloads wheels
-and takes CPU: never while a measurement runs).
+and takes CPU: never while a measurement runs); `--pin pymongo==4.18.2` builds the pinned ones.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +55,8 @@ CLIENT_PACKAGES = ("pymongo", "motor", "asyncpg", "psycopg[binary,pool]", "psyco
                    "psutil", "numpy", "pandas", "pyarrow", "fastapi", "uvicorn", "httpx")
 CLIENT_IMPORTS = ("pymongo", "motor", "asyncpg", "psycopg", "psycopg_pool", "uvloop", "psutil",
                   "pandas", "pyarrow")
+# The database drivers (and the loop) under test: read back in every client child, checked by compare.
+DRIVERS = ("pymongo", "motor", "psycopg", "psycopg-binary", "psycopg-pool", "asyncpg", "uvloop")
 PIP_TIMEOUT_S = 1800
 _REQUEST = re.compile(r"^(?:python)?(\d+)(?:\.(\d+))?(?:\.(\d+))?(t)?$")
 _PROBE = ("import json, platform, sys, sysconfig; print(json.dumps({"
@@ -96,11 +106,17 @@ class Venv:
     mode: str             # "full" | "client" | "study"
     packages: dict        # name -> version of the client packages, as installed
     note: str = ""
+    pins: dict | None = None  # ensure_pinned_venv: name -> version overriding the lock's pin
 
     def record(self) -> dict:
         return {"interpreter": self.interpreter.record(), "python": self.python, "path": self.path,
                 "source": self.source, "source_sha256": self.source_sha256, "mode": self.mode,
-                "packages": self.packages, "note": self.note}
+                "packages": self.packages, "note": self.note, **({"pins": self.pins} if self.pins else {})}
+
+
+class PinUnavailable(HarnessError):
+    """A pinned version the package index does not serve, or that does not install or import on the
+    interpreter: the levels that need it are skipped with this one-line reason, not failed."""
 
 
 # ------------------------------------------------------------------------------------ finding
@@ -411,16 +427,21 @@ def _sync(interp: Interpreter, path: Path, marker: dict, source: str, digest: st
     return Venv(interp, py, str(path), source, digest, marker["mode"], marker["packages"], marker.get("note", ""))
 
 
-def _build(interp: Interpreter, path: Path, source: str, digest: str, log) -> Venv:
+def _new_venv(interp: Interpreter, path: Path, log, what: str = "") -> str:
+    """An empty venv at `path` (a stale one is removed first); its python's path."""
     if path.exists():
         shutil.rmtree(path)
-    log(f"creating {path} with {interp.path} ({interp.version}, {interp.build})")
+    log(f"creating {path} with {interp.path} ({interp.version}, {interp.build}){what}")
     out = subprocess.run([interp.path, "-m", "venv", str(path)], capture_output=True, text=True,
                          timeout=300, env=_clean_env())
     if out.returncode != 0:
         raise HarnessError(f"--python {interp.request}: `{interp.path} -m venv` failed: "
                            f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
-    py = str(path / "bin" / "python")
+    return str(path / "bin" / "python")
+
+
+def _build(interp: Interpreter, path: Path, source: str, digest: str, log) -> Venv:
+    py = _new_venv(interp, path, log)
     constraints = path / "constraints.txt"
     if LOCK_FILE.exists():
         constraints.write_text("\n".join(_lock_constraints()) + "\n")
@@ -489,6 +510,155 @@ def _installed_versions(py: str) -> dict[str, str]:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+# ------------------------------------------------------------------------------------ pinned venvs
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_PIN_VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+-]*?(\.\*)?$")
+
+
+def canonical(name: str) -> str:
+    """A distribution's name as pip compares them: `Psycopg_Pool` -> `psycopg-pool`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_pin(name: str, version: str) -> None:
+    """HarnessError unless `version` is a release (`4.18.2`) or a release prefix (`4.15.*`)."""
+    if not _PIN_VERSION.match(version) or "*" in version[:-2]:
+        raise HarnessError(f"{name}={version}: expected a version such as 4.18.2 or 4.15.*")
+
+
+def pin_matches(installed: str | None, version: str) -> bool:
+    """Whether an installed version satisfies a pin (`4.15.*` is every 4.15 release)."""
+    if installed is None:
+        return False
+    if version.endswith(".*"):
+        return installed == version[:-2] or installed.startswith(version[:-1])
+    return installed == version
+
+
+def base_pins(interp: Interpreter) -> dict[str, str]:
+    """name -> version every venv of this interpreter is built with: the lock's pins for it, or
+    (without a lock) the study environment's versions."""
+    if LOCK_FILE.exists():
+        return lock_pins(interp)
+    return {canonical(p.split("==")[0]): p.split("==")[1] for p in _study_pins()}
+
+
+def is_locked(interp: Interpreter, pins: dict[str, str]) -> bool:
+    """True when every pin is exactly the version the interpreter's own venv has (no second venv)."""
+    base = base_pins(interp)
+    return all(base.get(canonical(n)) == v for n, v in pins.items())
+
+
+def pinned_tag(interp: Interpreter, pins: dict[str, str]) -> str:
+    """`py3.11-pymongo-4.18.2`, `py3.11-asyncpg-0.31.0_psycopg-3.3.6`: the pinned venv's directory."""
+    return interp.tag + "-" + "_".join(f"{canonical(n)}-{v.replace('*', 'x')}" for n, v in sorted(pins.items()))
+
+
+def _pins_text(pins: dict[str, str]) -> str:
+    return ", ".join(f"{n}=={v}" for n, v in sorted(pins.items()))
+
+
+def _pinned_constraints(interp: Interpreter, pins: dict[str, str]) -> list[str]:
+    """The lock's lines (or the study's pins) with the pinned packages' lines replaced by the pins."""
+    lines = _lock_constraints() if LOCK_FILE.exists() else _study_pins()
+    keep = []
+    for line in lines:
+        m = _NAME.match(line)
+        if m and canonical(m.group(1)) in pins:
+            continue
+        keep.append(line)
+    return keep + [f"{n}=={v}" for n, v in sorted(pins.items())]
+
+
+def ensure_pinned_venv(interp: Interpreter, pins: dict[str, str], cache_dir: Path | None = None, *,
+                       build: bool = True, log=None) -> Venv:
+    """A venv for `interp` with the client packages under the lock's pins, `pins` overriding some
+    (see the module docstring): built once, outside any measurement. `build=False` only looks it up:
+    PinUnavailable if building it failed (the reason recorded then), HarnessError if it was never built.
+    Pins equal to the lock's give the interpreter's own venv (`ensure_venv`)."""
+    pins = {canonical(n): v for n, v in pins.items()}
+    for n, v in pins.items():
+        check_pin(n, v)
+    if not pins or is_locked(interp, pins):
+        return ensure_venv(interp, cache_dir, build=build, log=log)
+    log = log or (lambda msg: None)
+    source, digest = _source()
+    tag = pinned_tag(interp, pins)
+    cache = Path(cache_dir or CACHE_DIR)
+    cache.mkdir(parents=True, exist_ok=True)
+    path, failed = cache / tag, cache / f".{tag}.failed.json"
+    wanted = {"version": interp.version, "source_sha256": digest, "pins": pins}
+    with open(cache / f".{tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        marker = path / MARKER
+        m = json.loads(marker.read_text()) if marker.exists() else None
+        if m and all(m.get(k) == v for k, v in wanted.items()) and Path(m["python"]).exists():
+            return Venv(interp, m["python"], str(path), m["source"], digest, m["mode"], m["packages"],
+                        m.get("note", ""), pins)
+        if not build:
+            f = json.loads(failed.read_text()) if failed.exists() else None
+            if f and all(f.get(k) == v for k, v in wanted.items()):
+                raise PinUnavailable(f["reason"])
+            raise HarnessError(f"no ready virtual environment for Python {interp.label} with "
+                               f"{_pins_text(pins)} at {path} (built from {source}); build it first, outside "
+                               f"any measurement: python -m harness.interpreters "
+                               + " ".join(f"--pin {n}=={v}" for n, v in sorted(pins.items()))
+                               + f" {interp.request}")
+        failed.unlink(missing_ok=True)
+        try:
+            return _build_pinned(interp, path, pins, source, digest, log)
+        except PinUnavailable as e:
+            failed.write_text(json.dumps({**wanted, "reason": str(e), "interpreter": interp.path}, indent=2))
+            raise
+
+
+def _build_pinned(interp: Interpreter, path: Path, pins: dict[str, str], source: str, digest: str,
+                  log) -> Venv:
+    py = _new_venv(interp, path, log, f", {_pins_text(pins)}")
+    constraints = path / "constraints.txt"
+    constraints.write_text("\n".join(_pinned_constraints(interp, pins)) + "\n")
+    names = {canonical(p.split("[")[0]) for p in CLIENT_PACKAGES}
+    err = _pip(py, ["-c", str(constraints), *CLIENT_PACKAGES, *(n for n in sorted(pins) if n not in names)], log)
+    if err is None:
+        check = subprocess.run([py, "-c", "import " + ", ".join(CLIENT_IMPORTS)], capture_output=True,
+                               text=True, timeout=300, env=_clean_env())
+        if check.returncode != 0:
+            err = f"the client packages do not import: {(check.stderr.strip().splitlines() or ['?'])[-1]}"
+    packages = _installed_versions(py) if err is None else {}
+    if err is None:
+        wrong = [f"{n} {packages.get(n)}" for n, v in pins.items() if n in packages and not pin_matches(packages[n], v)]
+        err = f"pip installed {', '.join(wrong)}" if wrong else None
+    if err is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        raise PinUnavailable(f"{_pins_text(pins)} cannot be installed on Python {interp.version} "
+                             f"({interp.path}) from the package index: {err}")
+    note = f"the client packages under {source}'s pins, with {_pins_text(pins)}"
+    venv = Venv(interp, py, str(path), source, digest, "client", packages, note, pins)
+    (path / MARKER).write_text(json.dumps({"python": py, "version": interp.version, "build": interp.build,
+                                           "interpreter": interp.path, "source": source,
+                                           "source_sha256": digest, "mode": "client", "note": note,
+                                           "pins": pins, "packages": packages}, indent=2))
+    log(f"ready: {path} (client, {_pins_text(pins)})")
+    return venv
+
+
+def installed_versions(names: Iterable[str]) -> dict[str, str | None]:
+    """Installed versions of `names` in this process, from their metadata (None: not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def driver_versions() -> dict[str, str | None]:
+    """The drivers' versions in this process, read back from their installed metadata."""
+    return installed_versions(DRIVERS)
+
+
 def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None, *, build: bool = True,
             log=None, skip_missing: bool = False) -> list[Venv]:
     """Resolve every request and make its venv ready (duplicates by tag dropped, order kept).
@@ -508,12 +678,30 @@ def prepare(requests: list[str] | tuple[str, ...], cache_dir: Path | None = None
 
 
 def main(argv: list[str]) -> int:
-    """`python -m harness.interpreters [--installed] VERSION...`; --installed skips (with a line on
-    stderr) a version this machine does not have, so set-up can prepare whatever is there."""
-    requests = [a for a in argv if a != "--installed"] or ["current"]
+    """`python -m harness.interpreters [--installed] [--pin NAME==VERSION]... VERSION...`; --installed
+    skips (with a line on stderr) a version this machine does not have, so set-up can prepare whatever
+    is there; --pin builds, for each version, the venv with those pins (`ensure_pinned_venv`)."""
+    pins: dict[str, str] = {}
+    requests: list[str] = []
+    args = iter(argv)
+    for a in args:
+        if a == "--installed":
+            continue
+        if a == "--pin" or a.startswith("--pin="):
+            pin = a.split("=", 1)[1] if "=" in a and a.startswith("--pin=") else next(args, "")
+            name, _, version = pin.partition("==")
+            if not (name and version):
+                print(f"error: --pin {pin!r}: expected NAME==VERSION, e.g. --pin pymongo==4.18.2", file=sys.stderr)
+                return 2
+            pins[canonical(name)] = version
+        else:
+            requests.append(a)
+    requests = requests or ["current"]
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        venvs = prepare(requests, log=lambda msg: print(msg, file=sys.stderr, flush=True),
-                        skip_missing="--installed" in argv)
+        venvs = prepare(requests, log=log, skip_missing="--installed" in argv)
+        if pins:
+            venvs = [ensure_pinned_venv(v.interpreter, pins, log=log) for v in venvs]
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,6 +39,7 @@ from .datasets import CUSTOMERS
 from .measure import TreeCPU, Window, error_text, machine_busy_s
 from .redact import redact
 from .servers import FERRETDB_PG_DB, STUDY_DB, ServerStack
+from .workload_file import fill
 
 LOOPS = ("asyncio", "uvloop")
 DRIVERS = ("pymongo", "motor")
@@ -132,9 +134,58 @@ def customer_stream(seed: int, worker: int) -> Callable[[], str]:
     return lambda: f"c{rng.randrange(CUSTOMERS)}"
 
 
+@dataclass(frozen=True)
+class Query:
+    """The query each closed-loop operation runs: the seed's `find_one({"customer": c})` on
+    `orders` by default, or a user's (`harness verify`): a filter template whose ":name" strings
+    are drawn per operation from `params` ({"int": [lo, hi]} or {"choice": [...]}, seeded per
+    worker), with optional projection, sort and limit (find_one when the limit is absent or 1)."""
+
+    collection: str = COLLECTION
+    filter: dict[str, Any] | None = None          # None: the seed's customer lookup
+    params: dict[str, Any] = field(default_factory=dict)
+    projection: dict[str, Any] | None = None
+    sort: dict[str, int] | None = None
+    limit: int | None = None
+
+    def filters(self, seed: int, worker: int) -> Callable[[], dict[str, Any]]:
+        """The filters of one worker, in a fixed sequence for (seed, worker)."""
+        if self.filter is None:
+            customer = customer_stream(seed, worker)
+            return lambda: {"customer": customer()}
+        rng, template, params = random.Random(f"{seed}:{worker}"), self.filter, self.params
+
+        def draw() -> dict[str, Any]:
+            values = {n: (rng.randint(*g["int"]) if "int" in g else rng.choice(g["choice"]))
+                      for n, g in sorted(params.items())}
+            return fill(template, values)
+        return draw
+
+    def _options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        if self.projection is not None:
+            opts["projection"] = self.projection
+        if self.sort:
+            opts["sort"] = list(self.sort.items())
+        return opts
+
+    async def run_async(self, collection: Any, flt: dict[str, Any]) -> Any:
+        if not self.limit or self.limit == 1:
+            return await collection.find_one(flt, **self._options())
+        return await collection.find(flt, limit=self.limit, **self._options()).to_list()
+
+    def run_sync(self, collection: Any, flt: dict[str, Any]) -> Any:
+        if not self.limit or self.limit == 1:
+            return collection.find_one(flt, **self._options())
+        return list(collection.find(flt, limit=self.limit, **self._options()))
+
+
+SEED_QUERY = Query()
+
+
 async def closed_loop_async(collection: Any, *, tasks: int, duration_s: float, seed: int,
-                            t0: float | None = None,
-                            semaphore: asyncio.Semaphore | None = None) -> list[dict[str, Any]]:
+                            t0: float | None = None, semaphore: asyncio.Semaphore | None = None,
+                            query: Query = SEED_QUERY) -> list[dict[str, Any]]:
     """`tasks` tasks running find_one in a closed loop until `duration_s` after `t0`.
 
     An operation started before the deadline is awaited to its end, however long it waits for a
@@ -147,16 +198,16 @@ async def closed_loop_async(collection: Any, *, tasks: int, duration_s: float, s
 
     async def worker(task: int) -> list[dict[str, Any]]:
         rows = []
-        next_customer = customer_stream(seed, task)
+        next_filter = query.filters(seed, task)
         while (start := perf()) < stop:
-            customer = next_customer()
+            flt = next_filter()
             error = None
             try:
                 if semaphore is None:
-                    await collection.find_one({"customer": customer})
+                    await query.run_async(collection, flt)
                 else:
                     async with semaphore:
-                        await collection.find_one({"customer": customer})
+                        await query.run_async(collection, flt)
             except Exception as e:  # recorded per operation; the run goes on
                 error = error_text(e)
             end = perf()
@@ -169,7 +220,7 @@ async def closed_loop_async(collection: Any, *, tasks: int, duration_s: float, s
 
 
 def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, seed: int,
-                        t0: float | None = None) -> list[dict[str, Any]]:
+                        t0: float | None = None, query: Query = SEED_QUERY) -> list[dict[str, Any]]:
     """The same workload on `threads` threads with a synchronous client. Same rows."""
     perf = time.perf_counter
     barrier = threading.Barrier(threads + 1)
@@ -178,14 +229,14 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 
     def worker(task: int) -> None:
         rows = results[task]
-        next_customer = customer_stream(seed, task)
+        next_filter = query.filters(seed, task)
         barrier.wait()
         base, stop = start_at[0], start_at[0] + duration_s
         while (start := perf()) < stop:
-            customer = next_customer()
+            flt = next_filter()
             error = None
             try:
-                collection.find_one({"customer": customer})
+                query.run_sync(collection, flt)
             except Exception as e:
                 error = error_text(e)
             end = perf()
@@ -206,7 +257,7 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: int, tasks: int,
                   semaphore: bool, duration_s: float, warmup_s: float, seed: int,
                   backend: BackendConnections | None = None, db: DatabaseCPU | None = None,
-                  **fields: Any) -> list[dict[str, Any]]:
+                  query: Query = SEED_QUERY, **fields: Any) -> list[dict[str, Any]]:
     """One async closed-loop variant on its own loop and client: warm-up, then a measured window.
 
     Records the window (wall, process CPU, ops; with `backend`, the most connections FerretDB held
@@ -216,15 +267,16 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
     async def main() -> list[dict[str, Any]]:
         async with async_client(uri, driver=driver, maxPoolSize=pool_size) as client:
-            col = orders(client)
+            col = client[STUDY_DB][query.collection]
             # FIFO: asyncio.Semaphore wakes waiters in arrival order, unlike the pool's wait queue.
             sem = asyncio.Semaphore(pool_size) if semaphore else None
             if warmup_s > 0:
-                await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem)
+                await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem,
+                                        query=query)
             with _window(ctx, variant, backend, db, loop=loop, driver=driver, pool_size=pool_size,
                          workers=tasks, semaphore=semaphore, duration_s=duration_s, **fields) as w:
                 rows = await closed_loop_async(col, tasks=tasks, duration_s=duration_s, seed=seed,
-                                               t0=w.t0, semaphore=sem)
+                                               t0=w.t0, semaphore=sem, query=query)
                 w.ops = sum(r["ok"] for r in rows)
             return rows
 
@@ -238,17 +290,19 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
 def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, duration_s: float,
                     warmup_s: float, seed: int, backend: BackendConnections | None = None,
-                    db: DatabaseCPU | None = None, **fields: Any) -> list[dict[str, Any]]:
+                    db: DatabaseCPU | None = None, query: Query = SEED_QUERY,
+                    **fields: Any) -> list[dict[str, Any]]:
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
 
     with pymongo.MongoClient(ctx.servers.mongodb_uri, **client_timeouts(maxPoolSize=pool_size)) as client:
-        col = orders(client)
+        col = client[STUDY_DB][query.collection]
         if warmup_s > 0:
-            closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1)
+            closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1, query=query)
         with _window(ctx, variant, backend, db, loop="threads", driver="pymongo-sync", pool_size=pool_size,
                      workers=threads, semaphore=False, duration_s=duration_s, **fields) as w:
-            rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0)
+            rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0,
+                                       query=query)
             w.ops = sum(r["ok"] for r in rows)
     extra = {"variant": variant, "loop": "threads", "driver": "pymongo-sync", "pool_size": pool_size,
              "workers": threads, "semaphore": False, **fields}

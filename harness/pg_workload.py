@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .measure import ServerCPU, Window, completions_in_window, error_text, find_postmaster, machine_busy_s  # noqa: F401, E501 (re-exported)
@@ -142,6 +143,46 @@ async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float, An
     return t_acq, t_rel, conn
 
 
+def draw(params: dict, rng: random.Random) -> dict[str, Any]:
+    """One request's parameter values from the workload's generators (seeded per client)."""
+    return {name: (rng.randint(*g["int"]) if "int" in g else rng.choice(g["choice"]))
+            for name, g in sorted(params.items())}
+
+
+def program_sync(statements: tuple[dict, ...], pool, values: dict, _slow_s: float) -> tuple[float, float, Any]:
+    with pool.connection() as c:
+        t_acq = time.perf_counter()
+        for st in statements:
+            cur = c.execute(st["psycopg"], values)
+            if cur.description is not None:
+                cur.fetchall()
+        t_rel = time.perf_counter()
+    return t_acq, t_rel, id(c)
+
+
+async def program_psycopg_async(statements: tuple[dict, ...], pool, values: dict,
+                                _slow_s: float) -> tuple[float, float, Any]:
+    async with pool.connection() as c:
+        t_acq = time.perf_counter()
+        for st in statements:
+            cur = await c.execute(st["psycopg"], values)
+            if cur.description is not None:
+                await cur.fetchall()
+        t_rel = time.perf_counter()
+    return t_acq, t_rel, id(c)
+
+
+async def program_asyncpg(statements: tuple[dict, ...], pool, values: dict,
+                          _slow_s: float) -> tuple[float, float, Any]:
+    async with pool.acquire() as c:
+        t_acq = time.perf_counter()
+        for st in statements:
+            await c.fetch(st["asyncpg"], *[values[n] for n in st["names"]])
+        t_rel = time.perf_counter()
+        conn = c.get_server_pid()
+    return t_acq, t_rel, conn
+
+
 # ------------------------------------------------------------------------------------ one variant
 
 @dataclass(frozen=True)
@@ -159,6 +200,17 @@ class VariantSpec:
     calibration_requests: int
     postmaster_pid: int | None
     psycopg_autocommit: bool = False
+    # A user's request (`harness verify`) instead of the seed's: statements run in order on one
+    # connection, each {"psycopg": sql, "asyncpg": sql, "names": [...]} (harness.workload_file), and
+    # per-request parameters drawn from `params` ({"int": [lo, hi]} or {"choice": [...]}).
+    statements: tuple[dict, ...] = ()
+    params: dict | None = None
+    read_only: bool = False          # every connection opens with default_transaction_read_only=on
+    regime: str = ""                 # the rows' regime: "" = slow or fast by slow_ms (regime_of)
+
+
+def regime_of(spec: VariantSpec) -> str:
+    return spec.regime or regime_name(spec.slow_ms)
 
 
 class _State:
@@ -196,15 +248,41 @@ def _rng(spec: VariantSpec, task: int) -> random.Random:
     return random.Random(f"{spec.seed}:{task}")
 
 
+def _next_argument(spec: VariantSpec, rng: random.Random) -> Callable[[], Any]:
+    """What each request gets: the seed's row id `i`, or the user's drawn parameters."""
+    if spec.statements:
+        params = spec.params or {}
+        return lambda: draw(params, rng)
+    hi = spec.rows - 1
+    return lambda: rng.randint(1, hi)
+
+
+def _sync_request(spec: VariantSpec) -> Callable:
+    return partial(program_sync, spec.statements) if spec.statements else request_sync
+
+
+def _async_request(spec: VariantSpec, driver: str) -> Callable:
+    if spec.statements:
+        return partial(program_asyncpg if driver == "asyncpg" else program_psycopg_async, spec.statements)
+    return request_asyncpg if driver == "asyncpg" else request_psycopg_async
+
+
+def _psycopg_kwargs(spec: VariantSpec) -> dict[str, Any]:
+    kw: dict[str, Any] = {"autocommit": spec.psycopg_autocommit}
+    if spec.read_only:
+        kw["options"] = "-c default_transaction_read_only=on"
+    return kw
+
+
 def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -> None:
-    rng, slow_s, hi = _rng(spec, task), spec.slow_ms / 1000.0, spec.rows - 1
+    next_argument, slow_s, request = _next_argument(spec, _rng(spec, task)), spec.slow_ms / 1000.0, _sync_request(spec)
     consecutive = 0
     state.go.wait()
     while not state.stop:
-        i = rng.randint(1, hi)
+        i = next_argument()
         t0 = time.perf_counter()
         try:
-            t_acq, t_rel, conn = request_sync(pool, i, slow_s)
+            t_acq, t_rel, conn = request(pool, i, slow_s)
             err = ""
             consecutive = 0
         except Exception as e:  # recorded as a failed request; the client goes on
@@ -219,10 +297,10 @@ def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -
 
 async def _client_async(spec: VariantSpec, task: int, request: Callable, pool, state: _State,
                         log: list) -> None:
-    rng, slow_s, hi = _rng(spec, task), spec.slow_ms / 1000.0, spec.rows - 1
+    next_argument, slow_s = _next_argument(spec, _rng(spec, task)), spec.slow_ms / 1000.0
     consecutive = 0
     while not state.stop:
-        i = rng.randint(1, hi)
+        i = next_argument()
         t0 = time.perf_counter()
         try:
             t_acq, t_rel, conn = await request(pool, i, slow_s)
@@ -239,19 +317,19 @@ async def _client_async(spec: VariantSpec, task: int, request: Callable, pool, s
 
 
 def _calibrate_sync(spec: VariantSpec, pool) -> list[float]:
-    rng, out = _rng(spec, -1), []
+    next_argument, request, out = _next_argument(spec, _rng(spec, -1)), _sync_request(spec), []
     for _ in range(spec.calibration_requests):
         t0 = time.perf_counter()
-        request_sync(pool, rng.randint(1, spec.rows - 1), spec.slow_ms / 1000.0)
+        request(pool, next_argument(), spec.slow_ms / 1000.0)
         out.append(time.perf_counter() - t0)
     return out
 
 
 async def _calibrate_async(spec: VariantSpec, request: Callable, pool) -> list[float]:
-    rng, out = _rng(spec, -1), []
+    next_argument, out = _next_argument(spec, _rng(spec, -1)), []
     for _ in range(spec.calibration_requests):
         t0 = time.perf_counter()
-        await request(pool, rng.randint(1, spec.rows - 1), spec.slow_ms / 1000.0)
+        await request(pool, next_argument(), spec.slow_ms / 1000.0)
         out.append(time.perf_counter() - t0)
     return out
 
@@ -270,7 +348,7 @@ def _run_threads(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list
 
     _check_reachable(spec.dsn)
     pool = ConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
-                          kwargs={"autocommit": spec.psycopg_autocommit})
+                          kwargs=_psycopg_kwargs(spec))
     pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
     try:
         state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
@@ -297,16 +375,18 @@ async def _run_async(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, 
     if spec.model.endswith("asyncpg"):
         import asyncpg
 
-        pool = await asyncpg.create_pool(spec.dsn, min_size=spec.pool, max_size=spec.pool)
-        request, close = request_asyncpg, pool.close
+        settings = {"default_transaction_read_only": "on"} if spec.read_only else None
+        pool = await asyncpg.create_pool(spec.dsn, min_size=spec.pool, max_size=spec.pool,
+                                         server_settings=settings)
+        request, close = _async_request(spec, "asyncpg"), pool.close
     else:
         from psycopg_pool import AsyncConnectionPool
 
         _check_reachable(spec.dsn)   # before the loop's work starts: a blocking call is fine here
         pool = AsyncConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
-                                   kwargs={"autocommit": spec.psycopg_autocommit})
+                                   kwargs=_psycopg_kwargs(spec))
         await pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
-        request, close = request_psycopg_async, pool.close
+        request, close = _async_request(spec, "psycopg"), pool.close
     try:
         state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
         tasks = [asyncio.create_task(_client_async(spec, t, request, pool, state, logs[t]))
@@ -394,7 +474,7 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
         ops=len(cols["task"]) - errors, errors=errors, ops_all=ops_all,
         completed=completions_in_window([r[2] for r in log], [not r[6] for r in log], open_at, close_at),
         pool_held_s=held_in_window(log, open_at, close_at),
-        model=spec.model, regime=regime_name(spec.slow_ms), slow_ms=spec.slow_ms, pool=spec.pool,
+        model=spec.model, regime=regime_of(spec), slow_ms=spec.slow_ms, pool=spec.pool,
         clients=spec.clients, duration_s=spec.duration_s, warmup_s=spec.warmup_s, rows=spec.rows,
         loop=loop, driver=f"{driver_pkg} {version(driver_pkg)}",
         loop_impl=(f"uvloop {version('uvloop')}" if loop == "uvloop" else loop),
@@ -405,6 +485,59 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
         python=sys.version.split()[0],
     )
     return {"window": window, "samples": cols, "calibration_latency_s": calib}
+
+
+def tables(window_columns: Callable[..., dict[str, str]], other_columns: str) -> dict[str, dict[str, str]]:
+    """The schema of the tables `run_in_child` records (pg_models' and verify_postgres'), given
+    `experiments.base.window_columns` and its OTHER_COLUMNS key (a floor above this module)."""
+    keys = {"model": "str", "regime": "str", "slow_ms": "float", "pool": "int"}
+    return {
+        "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
+                    "wait_s": "float", "hold_s": "float", "error": "str", **keys},
+        # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
+        "windows": window_columns(completed="int", errors="int", ops_all="int", pool_held_s="float",
+                                  server_cpu_s="float", machine_busy_s="float",
+                                  clients="int", duration_s="float", **keys, **{other_columns: "any"}),
+        "calibration": {"variant": "str", "latency_s": "float", **keys},
+        "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
+                     "returncode": "int", "log_tail": "str"},
+    }
+
+
+def run_in_child(ctx: Any, spec: VariantSpec, timeout_s: float, stem: str) -> bool:
+    """Run one variant in its own interpreter (`python -m harness.pg_workload`) and record its
+    `windows`, `samples` and `calibration` rows in `ctx` (an experiment's Context), or its
+    `failures` row. True if it succeeded. `stem` names the child's log among the artifacts."""
+    import tempfile
+    from pathlib import Path
+
+    import pandas as pd
+
+    from . import processes
+
+    keys = {"model": spec.model, "regime": regime_of(spec), "slow_ms": spec.slow_ms, "pool": spec.pool}
+    with tempfile.TemporaryDirectory(prefix="pg_workload-") as tmp:
+        child = processes.run_child(f"{ctx.experiment.name}:{stem}", "harness.pg_workload", spec,
+                                    result_path=Path(tmp) / "out.json", log_path=ctx.artifacts / f"{stem}.log",
+                                    timeout_s=timeout_s)
+    error, result = child.error, child.result
+    if error is not None or result is None:
+        ctx.record("failures", [{"variant": spec.variant, "model": spec.model, "slow_ms": spec.slow_ms,
+                                 "pool": spec.pool, "error": error, "returncode": child.returncode,
+                                 "log_tail": child.log_tail}])
+        ctx.log.warning("%s failed: %s", spec.variant, error)
+        return False
+    window = result["window"]
+    lead = {k: window.pop(k) for k in ("wall_s", "cpu_s", "cpu_user_s", "cpu_system_s", "ops")}
+    ctx.record("windows", [{"variant": spec.variant, **lead, **window}])
+    samples = pd.DataFrame(result["samples"])
+    samples.insert(0, "variant", spec.variant)
+    for k, v in keys.items():
+        samples[k] = v
+    ctx.record("samples", samples.astype({"task": "int32", "ok": "bool"}))
+    ctx.record("calibration", pd.DataFrame({"variant": spec.variant, **keys,
+                                            "latency_s": result["calibration_latency_s"]}))
+    return True
 
 
 if __name__ == "__main__":

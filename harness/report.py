@@ -1,6 +1,7 @@
 """Notebooks executed with papermill against a run, exported to one HTML report (issue 6).
 
-`build(run)` executes every notebook in `notebooks/` (sorted by name, none skipped) with papermill,
+`build(run)` executes the notebooks in `notebooks/` that fit the run (`notebooks_for`: the study's,
+and `06_workload.ipynb` for a run of `harness verify`), sorted by name, with papermill,
 in `notebooks/` as working directory, with the parameters every notebook declares:
 
     run_dir        the run's absolute path
@@ -75,6 +76,22 @@ def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
     if not found:
         raise HarnessError(f"no notebooks in {notebooks_dir}")
     return found
+
+
+WORKLOAD_NOTEBOOK = "06_workload.ipynb"   # `harness verify`'s page: only for runs of a verify experiment
+
+
+def notebooks_for(run: Run, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The notebooks a run's report holds: the workload page when the run has a verify experiment
+    (`harness verify`), the study's notebooks when it has any other."""
+    names = set(run.experiments)
+    verify = any(n.startswith("verify_") for n in names)
+    study = any(not n.startswith("verify_") for n in names)
+    chosen = [nb for nb in notebooks(notebooks_dir)
+              if (verify if nb.name == WORKLOAD_NOTEBOOK else study)]
+    if not chosen:
+        raise HarnessError(f"run {run.id} has no experiment a notebook reads")
+    return chosen
 
 
 def execute(notebook: Path, output: Path, run: Run, figures: Path,
@@ -189,7 +206,7 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     executed_dir = report_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
     executed: list[tuple[Path, Path, Failure | None]] = []
-    bar = tqdm(notebooks(notebooks_dir), unit="notebook", desc="report", file=sys.stderr)
+    bar = tqdm(notebooks_for(run, notebooks_dir), unit="notebook", desc="report", file=sys.stderr)
     for nb in bar:
         bar.set_description(f"report {nb.stem}")
         out = executed_dir / nb.name

@@ -824,13 +824,22 @@ def test_password_never_written(tmp_path, fault, stack):
     run = finished_run(data)
     assert run.experiments["mongo_client"]["status"] == "ok", run.experiments["mongo_client"]
     rep = harness("report", str(run.path), env=env, timeout=900)
+    # harness verify (issue 24): the password in the workload file's target, the run and its page
+    workload = tmp_path / "workload.toml"
+    workload.write_text(f'target = "{with_password(stack.postgres_dsn)}"\n[postgres]\n'
+                        'request = ["SELECT owner FROM acct WHERE id = :id"]\nparams.id = { column = "acct.id" }\n'
+                        '[load]\nclients = 2\npools = [2]\nmodels = ["threads_psycopg", "asyncio_asyncpg"]\n'
+                        'duration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
+    verified = harness("verify", str(workload), env=env, timeout=600)
+    assert verified.returncode == 0, verified.stderr[-3000:]
     unreachable = harness("run", "mongo_client", "--profile", "smoke", timeout=60,
                           env=base_env(tmp_path / "data2", STUDY_MONGODB_URI=f"mongodb://u:{SECRET}@127.0.0.1:9/"))
     assert unreachable.returncode != 0
-    files = [p for p in [*data.rglob("*"), *figures.rglob("*"), *(tmp_path / "data2").rglob("*")] if p.is_file()]
+    files = [p for p in [*data.rglob("*"), *figures.rglob("*"), *(tmp_path / "data2").rglob("*")]
+             if p.is_file() and p != workload]
     assert any(p.name == "index.html" for p in files), rep.stderr[-2000:]
     leaks = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
-    for name, text_ in (("run", out), ("report", rep), ("unreachable", unreachable)):
+    for name, text_ in (("run", out), ("report", rep), ("verify", verified), ("unreachable", unreachable)):
         if SECRET in text_.stdout + text_.stderr:
             leaks.append(f"{name} console")
     assert not leaks, f"the password appears in: {leaks}"

@@ -7,6 +7,7 @@ pyenv; it is skipped where no such interpreter is installed.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -158,3 +159,26 @@ def test_tools_that_stay_on_the_study_interpreter_find_it(monkeypatch):
     assert interpreters.study_python() == sys.executable
     monkeypatch.setenv("HARNESS_STUDY_PYTHON", "/opt/study/bin/python")
     assert interpreters.study_python() == "/opt/study/bin/python"
+
+
+def test_a_newer_version_resolves_by_the_same_rules(tmp_path, monkeypatch):
+    """`--python 3.14` (the seeds' interpreter, not installed on these machines): nothing in the lookup
+    is tied to the versions installed here. A stand-in `python3.14` on PATH answers the probe."""
+    exe = tmp_path / "python3.14"
+    exe.write_text("#!/bin/sh\necho '{\"version\": \"3.14.0\", \"implementation\": \"cpython\", "
+                   "\"gil_disabled\": false, \"executable\": \"'\"$0\"'\", "
+                   "\"prefix\": \"/x\", \"base_prefix\": \"/x\"}'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    interp = interpreters.resolve("3.14")
+    assert (interp.version, interp.label, interp.tag, interp.found_by) == ("3.14.0", "3.14", "py3.14", "PATH")
+    assert interp.path == str(exe)
+    from harness.analysis import departures
+
+    cells = departures.pd.DataFrame({"python": ["3.13", "3.14", "3.11", "3.12"]})
+    assert departures.levels(cells, "python") == ("3.11", ["3.12", "3.13", "3.14"])
+
+
+def test_the_command_line_refuses_a_malformed_pin(capsys):
+    assert interpreters.main(["--pin", "pymongo", CURRENT]) == 2
+    assert "expected NAME==VERSION" in capsys.readouterr().err

@@ -5,7 +5,8 @@ Figures (contract C1; experiment `departures`):
 - variant `<family>_<model>[python=..,placement=..,rtt_ms=..]`, metric `cpu_us_per_req` (client
   process CPU per completed request, us) and `throughput_rps` (req/s), both over the requests that
   ended in the window (`completed`; `ops` for runs recorded before it, see `rps_definition`);
-- variant `<family>[python=..,placement=..,rtt_ms=..]` (a cell), metric `cpu_ratio_<async model>`:
+- variant `<family>[python=..,placement=..,rtt_ms=..]` (a cell; `,driver=<level>` for a driver level
+  other than the lock's), metric `cpu_ratio_<async model>`:
   async / threads client CPU per request in that cell and repeat (mongo: `cpu_ratio_async`);
 - variant `<family>_<async model>[factor=<f>,level=<l>]`, metric `ratio_change`: the main effect of
   moving factor f from its baseline level to l, per repeat: the geometric mean, over the cells of
@@ -13,8 +14,15 @@ Figures (contract C1; experiment `departures`):
   `async_cpu_change` are the same for each model's own CPU per request.
 
 Baseline levels are the study's own conditions: the lowest interpreter listed (3.11 here), `shared`,
-and the smallest rtt. The seed-ward level is the newest interpreter (the seeds ran 3.14), `split`
-(the seeds' server did not share the client's cores), and every larger rtt.
+the smallest rtt and the drivers as requirements.lock pins them (`lock`). The seed-ward level is the
+newest interpreter (the seeds ran 3.14), `split` (the seeds' server did not share the client's
+cores), every larger rtt, and each driver level (the seeds' versions: PyMongo 4.18.2 is seed 001's,
+4.15 seed 000's, psycopg 3.3.6 + asyncpg 0.31.0 seed 002's).
+
+The driver factor (issue 25) runs on one interpreter only, so each factor's effect is taken over the
+cells it was crossed with: the interpreter, placement and rtt effects over the `lock` cells (as
+before the driver factor existed), the driver effect over the cells whose interpreter, placement and
+rtt also ran the level. Runs recorded before the factor have no `driver` column: all `lock`.
 
 The rule, fixed before the first measurement (also in notebooks/05_departures.ipynb):
     A factor EXPLAINS a departure when moving it from the baseline level to its seed-ward level
@@ -45,7 +53,13 @@ from ..store import Run
 from . import MetricRows
 
 EXPERIMENT = "departures"
-FACTORS = ("python", "placement", "rtt_ms")
+FACTORS = ("python", "placement", "rtt_ms", "driver")
+LOCK_LEVEL = "lock"   # experiments.departures.LOCK_LEVEL: the drivers as requirements.lock pins them
+# read back in the client child, one column per driver in `windows` (experiments.departures)
+VERSION_COLUMNS = ("pymongo_version", "motor_version", "psycopg_version", "psycopg_binary_version",
+                   "psycopg_pool_version", "asyncpg_version", "uvloop_version")
+# the versions a family's cells are told apart by
+FAMILY_VERSIONS = {"mongo": ("pymongo_version",), "pg": ("psycopg_version", "asyncpg_version")}
 # (family, async model) -> (claim id, the claim's ratio is threads/async): the seed's ratio
 SEED_CLAIMS = {("mongo", "async"): ("001-models-02", False),
                ("pg", "asyncio_psycopg"): ("002-fast20-03", True),
@@ -64,6 +78,11 @@ def windows(run: Run) -> pd.DataFrame:
     if w.empty:
         return w
     w = w.copy()
+    if "driver" not in w.columns:  # recorded before the driver factor: every cell on the lock's drivers
+        w["driver"] = LOCK_LEVEL
+    for col in VERSION_COLUMNS:
+        if col not in w.columns:
+            w[col] = None
     counted = [window_completed(row) for _, row in w.iterrows()]
     w["completed"] = [n for n, _ in counted]
     w["rps_definition"] = [how for _, how in counted]
@@ -77,7 +96,7 @@ def cells(run: Run) -> pd.DataFrame:
     w = windows(run)
     if w.empty:
         return pd.DataFrame()
-    keys = ["repeat", "family", "python", "placement", "rtt_ms"]
+    keys = ["repeat", "family", "python", "placement", "rtt_ms", "driver"]
     rows = []
     for k, g in w.groupby(keys, sort=True):
         threads = g[g["kind"] == "threads"]
@@ -87,10 +106,22 @@ def cells(run: Run) -> pd.DataFrame:
         for _, a in g[g["kind"] == "async"].iterrows():
             rows.append({**dict(zip(keys, k)), "cell": t["cell"], "model": a["model"],
                          "python_version": t["python_version"], "python_build": t["python_build"],
+                         "drivers_read_back": drivers_read_back(a, k[1]),
                          "threads_cpu_us": t["cpu_us_per_req"], "async_cpu_us": a["cpu_us_per_req"],
                          "threads_rps": t["throughput_rps"], "async_rps": a["throughput_rps"],
                          "cpu_ratio": a["cpu_us_per_req"] / t["cpu_us_per_req"]})
     return pd.DataFrame(rows)
+
+
+def drivers_read_back(window: Any, family: str) -> str:
+    """`pymongo 4.18.2`, `psycopg 3.3.6, asyncpg 0.31.0`: a window's family drivers as read back in
+    its child ('' for a run recorded before the read-back)."""
+    parts = []
+    for col in FAMILY_VERSIONS.get(family, ()):
+        v = window.get(col) if hasattr(window, "get") else None
+        if isinstance(v, str) and v:
+            parts.append(f"{col.removesuffix('_version')} {v}")
+    return ", ".join(parts)
 
 
 def levels(c: pd.DataFrame, factor: str) -> tuple[Any, list]:
@@ -100,9 +131,21 @@ def levels(c: pd.DataFrame, factor: str) -> tuple[Any, list]:
         values = sorted(values, key=_version_key)
     elif factor == "placement":
         values = sorted(values, key=lambda v: v != "shared")
+    elif factor == "driver":
+        values = sorted(values, key=lambda v: (v != LOCK_LEVEL, str(v)))
     else:
         values = sorted(values)
     return values[0], values[1:]
+
+
+def factor_cells(c: pd.DataFrame, factor: str, base: Any = None) -> pd.DataFrame:
+    """The cells a factor's effect is taken over (module docstring): for the interpreter, placement and
+    rtt the `lock` cells; for the driver, the cells whose other factors also ran some non-lock level."""
+    if factor != "driver":
+        return c[c["driver"] == LOCK_LEVEL]
+    others = [f for f in FACTORS if f != "driver"]
+    crossed = c.loc[c["driver"] != LOCK_LEVEL, others].drop_duplicates()
+    return c.merge(crossed, on=others, how="inner")
 
 
 def _effect_by_repeat(c: pd.DataFrame, factor: str, base, level, quantity: str) -> dict[int, float]:
@@ -148,14 +191,18 @@ def effects(run: Run) -> pd.DataFrame:
         return pd.DataFrame()
     seeds = seed_ratios()
     rows = []
-    for (family, model), g in c.groupby(["family", "model"], sort=False):
+    for (family, model), fam in c.groupby(["family", "model"], sort=False):
         seed = seeds.get((family, model), {}).get("ratio", float("nan"))
         for factor in FACTORS:
+            g = factor_cells(fam, factor)
+            if g.empty:
+                continue
             base, others = levels(g, factor)
             base_ratio = stats.summarise(_level_ratio(g, factor, base))
             for level in others:
                 row = {"family": family, "model": model, "factor": factor, "baseline": base, "level": level,
-                       "baseline_ratio": base_ratio["mean"], "seed_ratio": seed}
+                       "baseline_ratio": base_ratio["mean"], "seed_ratio": seed,
+                       "level_read_back": _read_back(g, factor, level)}
                 for q, name in (("cpu_ratio", "ratio_change"), ("threads_cpu_us", "threads_cpu_change"),
                                 ("async_cpu_us", "async_cpu_change")):
                     s = stats.summarise(_effect_by_repeat(g, factor, base, level, q))
@@ -165,6 +212,13 @@ def effects(run: Run) -> pd.DataFrame:
                                    row["baseline_ratio"], seed))
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _read_back(g: pd.DataFrame, factor: str, level: Any) -> str:
+    """For a driver level: the versions its children read back (`pymongo 4.18.2`); '' otherwise."""
+    if factor != "driver":
+        return ""
+    return "; ".join(v for v in dict.fromkeys(g.loc[g["driver"] == level, "drivers_read_back"]) if v)
 
 
 def verdict(change: float, low: float, high: float, baseline_ratio: float, seed_ratio: float) -> dict:
@@ -194,8 +248,11 @@ def metrics(run: Run) -> pd.DataFrame:
     for _, r in c.iterrows():
         rows.put(EXPERIMENT, r["cell"], f"cpu_ratio_{r['model']}", "ratio", r["repeat"], r["cpu_ratio"])
     if not c.empty:
-        for (family, model), g in c.groupby(["family", "model"], sort=False):
+        for (family, model), fam in c.groupby(["family", "model"], sort=False):
             for factor in FACTORS:
+                g = factor_cells(fam, factor)
+                if g.empty:
+                    continue
                 base, others = levels(g, factor)
                 for level in others:
                     v = variant_id(f"{family}_{model}", factor=factor, level=level)
@@ -214,10 +271,12 @@ def cell_table(run: Run) -> pd.DataFrame:
     if c.empty:
         return c
     out = []
-    for k, g in c.groupby(["family", "model", "python", "placement", "rtt_ms"], sort=True):
-        row = dict(zip(["family", "model", "python", "placement", "rtt_ms"], k))
+    keys = ["family", "model", "python", "placement", "rtt_ms", "driver"]
+    for k, g in c.groupby(keys, sort=True):
+        row = dict(zip(keys, k))
         row["python_version"] = g["python_version"].iloc[0]
         row["python_build"] = g["python_build"].iloc[0]
+        row["drivers_read_back"] = "; ".join(v for v in dict.fromkeys(g["drivers_read_back"]) if v)
         for q in ("threads_cpu_us", "async_cpu_us", "cpu_ratio"):
             s = stats.summarise(g.set_index("repeat")[q].to_dict())
             row.update({q: s["mean"], f"{q}_low": s["ci_low"], f"{q}_high": s["ci_high"]})

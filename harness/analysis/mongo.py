@@ -143,7 +143,7 @@ def _cursor_key(method: str, batch_size) -> str:
 
 # -------------------------------------------------------------------------- closed-loop workloads
 
-def _closed_loop_summary(run: Run, exp: str) -> pd.DataFrame:
+def closed_loop_summary(run: Run, exp: str) -> pd.DataFrame:
     samples = run.table(exp, "samples")
     windows = run.table(exp, "windows")
     if samples.empty:
@@ -202,7 +202,7 @@ def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: 
 
 def pool_summary(run: Run) -> pd.DataFrame:
     """Per variant: throughput, latency percentiles (ms), per-task completions, Jain's index."""
-    return _closed_loop_summary(run, "mongo_pool")
+    return closed_loop_summary(run, "mongo_pool")
 
 
 def pool_completions(run: Run) -> pd.DataFrame:
@@ -222,7 +222,7 @@ def pool_completions(run: Run) -> pd.DataFrame:
 
 def models_summary(run: Run) -> pd.DataFrame:
     """Per variant: throughput, client CPU per query (us), latency percentiles (ms)."""
-    return _closed_loop_summary(run, "mongo_models")
+    return closed_loop_summary(run, "mongo_models")
 
 
 def client_summary(run: Run) -> pd.DataFrame:

@@ -160,13 +160,14 @@ def _latency_fields(lat_s: np.ndarray) -> dict[str, float]:
             "p99_p50_ratio": s["p99_ms"] / s["p50_ms"] if s["p50_ms"] else math.nan}
 
 
-def models_table(run: Run) -> pd.DataFrame:
-    """One row per pg_models variant and repeat with every derived quantity (see module doc)."""
-    windows = run.table("pg_models", "windows")
+def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
+    """One row per variant and repeat of `experiment` (pg_models, or verify_postgres, which records
+    the same tables) with every derived quantity (see module doc)."""
+    windows = run.table(experiment, "windows")
     if windows.empty:
         return pd.DataFrame()
-    samples = run.table("pg_models", "samples")
-    calib = run.table("pg_models", "calibration")
+    samples = run.table(experiment, "samples")
+    calib = run.table(experiment, "calibration")
     n_cores = cores(run)
     rows = []
     for _, w in windows.iterrows():

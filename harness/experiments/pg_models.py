@@ -38,16 +38,13 @@ The pool bound and the Little's-law check are computed from these raw tables in 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-import pandas as pd
-
-from .. import datasets, processes
+from .. import datasets
 from ..errors import HarnessError
 from ..measure import find_postmaster
-from ..pg_workload import MODELS, VariantSpec, fmt_ms, regime_name
+from ..pg_workload import MODELS, VariantSpec, fmt_ms, run_in_child
+from ..pg_workload import tables as pg_tables
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 
 CHILD_OVERHEAD_S = 60.0   # interpreter start, pool open, drain: added to each child's own time limit
@@ -108,18 +105,7 @@ class PgModels(Experiment):
     analysis = "harness.analysis.postgres"
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
-    _keys = {"model": "str", "regime": "str", "slow_ms": "float", "pool": "int"}
-    tables = {
-        "samples": {"variant": "str", "task": "int", "start_s": "float", "latency_s": "float", "ok": "bool",
-                    "wait_s": "float", "hold_s": "float", "error": "str", **_keys},
-        # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
-        "windows": window_columns(completed="int", errors="int", ops_all="int", pool_held_s="float",
-                                  server_cpu_s="float", machine_busy_s="float",
-                                  clients="int", duration_s="float", **_keys, **{OTHER_COLUMNS: "any"}),
-        "calibration": {"variant": "str", "latency_s": "float", **_keys},
-        "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
-                     "returncode": "int", "log_tail": "str"},
-    }
+    tables = pg_tables(window_columns, OTHER_COLUMNS)
 
     def datasets(self, p: PgModelsParams) -> list:
         return [datasets.Accounts(p.rows)]
@@ -144,42 +130,13 @@ class PgModels(Experiment):
                 rows=p.rows, seed=p.seed, calibration_requests=p.calibration_requests,
                 postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit)
             ctx.log.info("running %s", spec.variant)
-            if not self._run_variant(ctx, spec, p.child_timeout_s(slow)):
+            if not run_in_child(ctx, spec, p.child_timeout_s(slow), artifact_stem(model, slow, pool)):
                 failed.append(spec.variant)
         ctx.note("load_average_after", list(os.getloadavg()))
         ctx.note("variants_failed", failed)
         total = len(p.slow_ms) * len(p.pools) * len(p.models)
         if len(failed) == total:
             raise HarnessError(f"all {total} variants failed; see the failures table and artifacts")
-
-    def _run_variant(self, ctx: Context, spec: VariantSpec, timeout_s: float) -> bool:
-        """Run one variant in a child; record its rows, or its failure. True if it succeeded."""
-        stem = artifact_stem(spec.model, spec.slow_ms, spec.pool)
-        log_path = ctx.artifacts / f"{stem}.log"
-        keys = {"model": spec.model, "regime": regime_name(spec.slow_ms), "slow_ms": spec.slow_ms,
-                "pool": spec.pool}
-        with tempfile.TemporaryDirectory(prefix="pg_models-") as tmp:
-            child = processes.run_child(f"pg_models:{stem}", "harness.pg_workload", spec,
-                                        result_path=Path(tmp) / "out.json", log_path=log_path,
-                                        timeout_s=timeout_s)
-        error, result = child.error, child.result
-        if error is not None or result is None:
-            ctx.record("failures", [{"variant": spec.variant, "model": spec.model,
-                                     "slow_ms": spec.slow_ms, "pool": spec.pool, "error": error,
-                                     "returncode": child.returncode, "log_tail": child.log_tail}])
-            ctx.log.warning("%s failed: %s", spec.variant, error)
-            return False
-        window = result["window"]
-        lead = {k: window.pop(k) for k in ("wall_s", "cpu_s", "cpu_user_s", "cpu_system_s", "ops")}
-        ctx.record("windows", [{"variant": spec.variant, **lead, **window}])
-        samples = pd.DataFrame(result["samples"])
-        samples.insert(0, "variant", spec.variant)
-        for k, v in keys.items():
-            samples[k] = v
-        ctx.record("samples", samples.astype({"task": "int32", "ok": "bool"}))
-        ctx.record("calibration", pd.DataFrame({"variant": spec.variant, **keys,
-                                                "latency_s": result["calibration_latency_s"]}))
-        return True
 
 
 EXPERIMENT = PgModels()

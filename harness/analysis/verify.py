@@ -1,0 +1,400 @@
+"""`harness verify`: the seeds' "Verify" lines judged on a user's workload (issue 24).
+
+`checks(run)` gives one row per check and subject, each with its figure over repeats (estimate and a
+90% interval: the two one-sided 95% bounds the verdict reads, as the claims ledger's one-sided
+tests), a verdict and one sentence on what to change:
+
+    pass          the interval lies on the passing side of the threshold
+    fail          the interval lies on the failing side
+    inconclusive  the interval straddles it, there are fewer than MIN_REPEATS repeats or a
+                  zero-width interval, a window had failed operations (not a clean figure), or
+                  the machine was busy with other work (the load generator's own validity,
+                  as Locust warns past 90% of its CPU)
+
+PostgreSQL (seed 002), per client model at each pool size (`verify_postgres`; figures from
+`analysis.postgres.models_table`, the study's own derivation):
+    002-pool-bound   "throughput is close to pool_size / per-request database time":
+                     rps / (pool / db_time) within [BUSY, 1 / BUSY]
+    002-limit        "the decision names which resource limited throughput ... and the production
+                     pool size matches the tested one": one limiting resource
+                     (`postgres.limiting_resource`) in at least LIMIT_AGREEMENT of the repeats, not
+                     "not identified", and `load.production_pool` among the pools tested
+    002-tail         "reports p99 and the p99/p50 ratio ... and the chosen configuration meets the
+                     latency objective": p99 below `load.p99_objective_ms`
+    002-decide       seed 002's decision rule on the measured limits, with asyncio's CPU per
+                     request as a share of the threads model's (paired by repeat)
+MongoDB (seed 001), `verify_mongo`:
+    001-fairness     "the maximum latency is within a small multiple of the p99 (max/p99 <=
+                     MAX_OVER_P99), and per-task completion counts are even (fewest/most >= EVEN)",
+                     per closed-loop variant: bare[pool=P] and semaphore[pool=P]
+    001-stall        "a probe shows loop stalls below 10 ms" while the large read runs, per batching
+    001-migration    "the migration's benefit is measured on the real query mix -- CPU per query
+                     and tail latency": the async client's CPU per query over the threads model's
+
+`metrics(run)` gives the experiments' per-repeat figures in contract C1's long form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from ..store import Run
+from . import BUSY, MetricRows
+from .mongo import closed_loop_summary
+from .postgres import models_table
+
+CONFIDENCE = 0.90          # two one-sided 95% bounds
+MIN_REPEATS = 3
+LIMIT_AGREEMENT = 0.8      # share of repeats that must name the same limiting resource
+MAX_OVER_P99 = 2.0         # "a small multiple of the p99"
+EVEN = 0.5                 # fewest / most completions per task
+OTHER_LOAD_PCT = 100.0     # other processes' CPU (% of one core) past which a window is not valid
+VERDICTS = ("pass", "fail", "inconclusive")
+
+LINES = {
+    "002-pool-bound": "Verify: throughput is close to pool_size / per-request database time; if so, change the "
+                      "pool size or the queries, not the concurrency model.",
+    "002-limit": "Verify: the decision names which resource limited throughput in the benchmark — pool or "
+                 "client CPU — and the production pool size matches the tested one.",
+    "002-tail": "Verify: the benchmark reports p99 and the p99/p50 ratio for each driver and pool, and the "
+                "chosen configuration meets the latency objective.",
+    "002-decide": "Decide: if the database or the pool is the bottleneck, keep the codebase's model; if the "
+                  "client is, asyncio does the same work with a fraction of the CPU.",
+    "001-fairness": "Verify: under a load test with more tasks than connections, the maximum latency is within "
+                    "a small multiple of the p99, and per-task completion counts are even.",
+    "001-stall": "Verify: every cursor that can return more than a few thousand documents sets batch_size, "
+                 "and a probe shows loop stalls below 10 ms while it runs.",
+    "001-migration": "Verify: the migration's benefit is measured on the real query mix — CPU per query and "
+                     "tail latency — not assumed.",
+}
+CHECK_COLUMNS = ("check", "subject", "verdict", "figure", "unit", "estimate", "ci_low", "ci_high", "n",
+                 "threshold", "reason", "advice", "line")
+
+
+def _workload(run: Run, experiment: str) -> dict[str, Any]:
+    text = run.manifest.get("experiments", {}).get(experiment, {}).get("params", {}).get("workload") or "{}"
+    return json.loads(text)
+
+
+def interval(values: Sequence[float]) -> dict[str, Any]:
+    s = stats.summarise(list(values), confidence=CONFIDENCE)
+    return {"estimate": s["estimate"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+
+
+def _unusable(n: int, lo: float, hi: float, dirty: str) -> str:
+    """Why no verdict can be read from an interval ("" when one can)."""
+    if dirty:
+        return dirty
+    if n < MIN_REPEATS:
+        return f"{n} repeat{'s' if n != 1 else ''}: at least {MIN_REPEATS} are needed for an interval"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "no interval"
+    if lo == hi:
+        return "every repeat gave the same figure: a zero-width interval is no evidence"
+    return ""
+
+
+def below(values: Sequence[float], limit: float, dirty: str = "") -> tuple[str, dict[str, Any], str]:
+    """Verdict of "the figure is below `limit`" from its repeats: (verdict, interval, reason)."""
+    return _judge(values, limit, "below", dirty)
+
+
+def above(values: Sequence[float], limit: float, dirty: str = "") -> tuple[str, dict[str, Any], str]:
+    """Verdict of "the figure is above `limit`" from its repeats."""
+    return _judge(values, limit, "above", dirty)
+
+
+def _judge(values: Sequence[float], limit: float, side: str, dirty: str) -> tuple[str, dict[str, Any], str]:
+    iv = interval(values)
+    why = _unusable(iv["n"], iv["ci_low"], iv["ci_high"], dirty)
+    if why:
+        return "inconclusive", iv, why
+    if iv["ci_high"] < limit:
+        return ("pass" if side == "below" else "fail"), iv, f"the 90% interval lies below {limit:g}"
+    if iv["ci_low"] > limit:
+        return ("pass" if side == "above" else "fail"), iv, f"the 90% interval lies above {limit:g}"
+    return "inconclusive", iv, f"the 90% interval straddles {limit:g}"
+
+
+def within(values: Sequence[float], low: float, high: float, dirty: str = "") -> tuple[str, dict[str, Any], str]:
+    iv = interval(values)
+    why = _unusable(iv["n"], iv["ci_low"], iv["ci_high"], dirty)
+    if why:
+        return "inconclusive", iv, why
+    if low <= iv["ci_low"] and iv["ci_high"] <= high:
+        return "pass", iv, f"the 90% interval lies within [{low:.2f}, {high:.2f}]"
+    if iv["ci_high"] < low or iv["ci_low"] > high:
+        return "fail", iv, f"the 90% interval lies outside [{low:.2f}, {high:.2f}]"
+    return "inconclusive", iv, f"the 90% interval crosses an end of [{low:.2f}, {high:.2f}]"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if math.isfinite(x) else "—"
+
+
+def _bounds(iv: dict[str, Any], fmt=lambda x: f"{x:.2f}") -> str:
+    """"[low, high]" of an interval, or "(no interval)" when it has none (one repeat)."""
+    lo, hi = iv.get("ci_low", math.nan), iv.get("ci_high", math.nan)
+    return f"[{fmt(lo)}, {fmt(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else "(no interval)"
+
+
+def _row(check: str, subject: str, verdict: str, figure: str, unit: str, iv: dict[str, Any], threshold: str,
+         reason: str, advice: str) -> dict[str, Any]:
+    return {"check": check, "subject": subject, "verdict": verdict, "figure": figure, "unit": unit,
+            "estimate": iv.get("estimate", math.nan), "ci_low": iv.get("ci_low", math.nan),
+            "ci_high": iv.get("ci_high", math.nan), "n": iv.get("n", 0), "threshold": threshold,
+            "reason": reason, "advice": advice, "line": LINES[check]}
+
+
+def _dirty(g: pd.DataFrame, errors: str = "errors", other: str | None = None) -> str:
+    """Why the windows of `g` are not clean figures ("" when they are)."""
+    failed = int(g[errors].sum()) if errors in g else 0
+    if failed:
+        return f"{failed} failed operation{'s' if failed != 1 else ''} in the windows: not a clean figure"
+    busy = g[other].dropna() if other and other in g else pd.Series(dtype=float)
+    if len(busy) and (busy := float(busy.median())) > OTHER_LOAD_PCT:
+        return f"other processes used {busy:.0f}% of a core during the windows: the load was not the workload's alone"
+    return ""
+
+
+# ------------------------------------------------------------------------------------------ PostgreSQL
+
+def pg_checks(run: Run) -> list[dict[str, Any]]:
+    t = models_table(run, "verify_postgres")
+    if t.empty:
+        return []
+    load = _workload(run, "verify_postgres").get("load", {})
+    objective, production = load.get("p99_objective_ms"), load.get("production_pool")
+    pools = sorted(int(p) for p in t["pool"].unique())
+    rows = []
+    for (pool, model), g in t.groupby(["pool", "model"], sort=False):
+        subject = f"{model}, pool {int(pool)}"
+        dirty = _dirty(g, "errors", "other_cpu_pct")
+        verdict, iv, why = within(g["pool_bound_frac"], BUSY, 1 / BUSY, dirty)
+        advice = {"pass": "The pool decides: change the pool size or the queries, not the concurrency model.",
+                  "fail": "Throughput is not at the pool's bound: the pool does not decide here (see 002-limit).",
+                  "inconclusive": "Run more repeats or a longer window to tell."}[verdict]
+        rows.append(_row("002-pool-bound", subject, verdict, "rps / (pool / db_time)", "ratio", iv,
+                         f"[{BUSY:.2f}, {1 / BUSY:.2f}]", why, advice))
+        rows.append(_limit_row(g, subject, pools, production, dirty))
+        ratio = interval(g["p99_p50_ratio"])
+        p99_note = f"p99/p50 {ratio['estimate']:.2f} {_bounds(ratio)}"
+        if objective:
+            verdict, iv, why = below(g["p99_ms"], float(objective), dirty)
+            advice = {"pass": f"p99 meets the {objective:g} ms objective ({p99_note}).",
+                      "fail": f"p99 misses the {objective:g} ms objective ({p99_note}): bound the waiters or "
+                              "size the pool for the tail.",
+                      "inconclusive": f"Not clear of the {objective:g} ms objective ({p99_note})."}[verdict]
+            rows.append(_row("002-tail", subject, verdict, "p99", "ms", iv, f"< {objective:g} ms", why, advice))
+        else:
+            iv = interval(g["p99_ms"])
+            rows.append(_row("002-tail", subject, "inconclusive", "p99", "ms", iv, "no objective",
+                             "the workload file gives no load.p99_objective_ms", f"Set one to judge ({p99_note})."))
+    for pool, g in t.groupby("pool", sort=False):
+        rows.append(_decide_row(g, int(pool)))
+    return rows
+
+
+def _modal_limit(g: pd.DataFrame) -> tuple[str, int, int]:
+    counts = g["limit"].value_counts()
+    return str(counts.index[0]), int(counts.iloc[0]), int(counts.sum())
+
+
+def _limit_row(g: pd.DataFrame, subject: str, pools: list[int], production: int | None,
+               dirty: str) -> dict[str, Any]:
+    limit, k, n = _modal_limit(g)
+    iv = {"estimate": k / n, "ci_low": math.nan, "ci_high": math.nan, "n": n}
+    threshold = f">= {LIMIT_AGREEMENT:.0%} of repeats"
+    if production is not None and production not in pools:
+        return _row("002-limit", subject, "fail", f"limit: {limit}", "share of repeats", iv, threshold,
+                    f"load.production_pool {production} is not among the pools tested ({pools})",
+                    f"Test the pool production runs ({production} connections).")
+    if dirty or n < MIN_REPEATS:
+        why = dirty or f"{n} repeat{'s' if n != 1 else ''}: at least {MIN_REPEATS} are needed"
+        return _row("002-limit", subject, "inconclusive", f"limit: {limit}", "share of repeats", iv, threshold,
+                    why, "Run more repeats.")
+    reason = "; ".join(g.loc[g["limit"] == limit, "limit_reason"].head(1))
+    if limit == "not identified" and k / n >= LIMIT_AGREEMENT:
+        return _row("002-limit", subject, "fail", f"limit: {limit}", "share of repeats", iv, threshold, reason,
+                    "No resource was saturated: the load may be too light (more clients) or the limit is "
+                    "outside what is measured (locks, the network, a server elsewhere).")
+    if k / n >= LIMIT_AGREEMENT:
+        return _row("002-limit", subject, "pass", f"limit: {limit}", "share of repeats", iv, threshold,
+                    f"{k} of {n} repeats: {reason}", f"The limiting resource is {limit}.")
+    return _row("002-limit", subject, "inconclusive", f"limit: {limit}", "share of repeats", iv, threshold,
+                f"only {k} of {n} repeats name {limit}", "The limit moves between repeats: run longer windows.")
+
+
+def _decide_row(g: pd.DataFrame, pool: int) -> dict[str, Any]:
+    limits = {m: _modal_limit(gm) for m, gm in g.groupby("model")}
+    threads = "threads_psycopg"
+    iv: dict[str, Any] = {"estimate": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
+    shares = []
+    if threads in limits:
+        base = g[g["model"] == threads].set_index("repeat")["cpu_us_per_req"].to_dict()
+        for m in sorted(set(limits) - {threads}):
+            r = stats.paired_ratio(g[g["model"] == m].set_index("repeat")["cpu_us_per_req"].to_dict(), base,
+                                   confidence=CONFIDENCE)
+            if r["n"]:
+                shares.append((m, r))
+    best = min(shares, key=lambda x: x[1]["ratio"]) if shares else None
+    if best:
+        iv = {"estimate": best[1]["ratio"], "ci_low": best[1]["ci_low"], "ci_high": best[1]["ci_high"],
+              "n": best[1]["n"]}
+    share_text = "; ".join(f"{m} uses {_pct(r['ratio'])} {_bounds(r, _pct)} of the threads' CPU per request"
+                           for m, r in shares)
+    named = {m: lim for m, (lim, k, n) in limits.items() if n >= MIN_REPEATS and k / n >= LIMIT_AGREEMENT}
+    subject = f"pool {pool}"
+    figure = f"CPU per request, {best[0]} / threads" if best else "CPU per request"
+    if len(named) < len(limits) or any(v == "not identified" for v in named.values()):
+        return _row("002-decide", subject, "inconclusive", figure, "ratio", iv, "a limit for every model",
+                    "the limiting resource is not identified for every model", share_text or "—")
+    if all(v == "pool" for v in named.values()):
+        return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model",
+                    "every model is pool-bound",
+                    "The pool decides: keep the codebase's concurrency model; size the pool or speed up the "
+                    f"queries. ({share_text})" if share_text else "The pool decides: keep the concurrency model.")
+    if named.get(threads) == "client CPU":
+        return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model",
+                    "the threads model is bound by its own CPU",
+                    f"The client decides: {share_text}. Move the hot path to the cheapest model.")
+    summary = ", ".join(f"{m}: {v}" for m, v in sorted(named.items()))
+    return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model", summary,
+                f"Limits: {summary}. {share_text}." if share_text else f"Limits: {summary}.")
+
+
+# ---------------------------------------------------------------------------------------------- MongoDB
+
+def stalls(run: Run) -> pd.DataFrame:
+    """Per large-read variant and repeat: the longest loop stall (ms), the documents and the time.
+    A read that ended before the probe's first wake-up has no probe row: its stall is at most the
+    read's own time, which stands in (an upper bound)."""
+    reads = run.table("verify_mongo", "reads")
+    if reads.empty:
+        return pd.DataFrame()
+    probe = run.table("verify_mongo", "probe")
+    rows = []
+    for _, r in reads.iterrows():
+        p = probe[(probe["variant"] == r["variant"]) & (probe["repeat"] == r["repeat"])] if len(probe) else probe
+        stall = 1000.0 * float(p["lateness_s"].max()) if len(p) else 1000.0 * float(r["wall_s"])
+        rows.append({"variant": r["variant"], "repeat": r["repeat"], "batch_size": int(r["batch_size"]),
+                     "documents": int(r["documents"]), "read_s": float(r["wall_s"]), "max_stall_ms": stall,
+                     "wakeups": len(p), "ok": bool(r["ok"])})
+    return pd.DataFrame(rows)
+
+
+def closed_loop(run: Run) -> pd.DataFrame:
+    t = closed_loop_summary(run, "verify_mongo")
+    if t.empty:
+        return t
+    t = t.copy()
+    t["max_over_p99"] = t["max_ms"] / t["p99_ms"]
+    t["fewest_over_most"] = t["ops_per_task_min"] / t["ops_per_task_max"].replace(0, np.nan)
+    t["other_cpu_pct"] = t.get("machine_cpu_pct", np.nan) - t.get("client_cpu_pct", np.nan) \
+        - t.get("db_cpu_pct", np.nan)
+    return t
+
+
+def mongo_checks(run: Run) -> list[dict[str, Any]]:
+    rows = []
+    t = closed_loop(run)
+    body = _workload(run, "verify_mongo")
+    if not t.empty:
+        for variant, g in t[t["mode"].isin(["bare", "semaphore"])].groupby("variant", sort=False):
+            dirty = _dirty(g, "errors", "other_cpu_pct")
+            v_tail, iv_tail, why_tail = below(g["max_over_p99"], MAX_OVER_P99, dirty)
+            v_even, iv_even, why_even = above(g["fewest_over_most"].fillna(0.0), EVEN, dirty)
+            verdict = ("fail" if "fail" in (v_tail, v_even) else
+                       "pass" if (v_tail, v_even) == ("pass", "pass") else "inconclusive")
+            semaphore = g["semaphore"].iloc[0]
+            fix = ("Starved tasks: put a FIFO asyncio.Semaphore sized to maxPoolSize in front of the client."
+                   if not semaphore else "Still unfair behind the semaphore: fewer tasks or a larger pool.")
+            advice = {"pass": "The pool is fair at this concurrency.", "fail": fix,
+                      "inconclusive": "Run more repeats or a longer window to tell."}[verdict]
+            reason = (f"max/p99 {iv_tail['estimate']:.2f} {_bounds(iv_tail)} ({v_tail}: {why_tail}); "
+                      f"fewest/most per task {iv_even['estimate']:.2f} {_bounds(iv_even)} ({v_even}: {why_even})")
+            rows.append(_row("001-fairness", str(variant), verdict, "max / p99", "ratio", iv_tail,
+                             f"max/p99 <= {MAX_OVER_P99:g} and fewest/most >= {EVEN:g}", reason, advice))
+        bare = t[t["mode"] == "bare"]
+        threads = t[t["mode"] == "threads"]
+        if len(bare) and len(threads):
+            first = bare[bare["pool_size"] == bare["pool_size"].min()]
+            r = stats.paired_ratio(first.set_index("repeat")["cpu_us_per_query"].to_dict(),
+                                   threads.set_index("repeat")["cpu_us_per_query"].to_dict(), confidence=CONFIDENCE)
+            tail = stats.paired_ratio(first.set_index("repeat")["p99_ms"].to_dict(),
+                                      threads.set_index("repeat")["p99_ms"].to_dict(), confidence=CONFIDENCE)
+            iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+            dirty = _dirty(pd.concat([first, threads]), "errors", "other_cpu_pct")
+            why = _unusable(r["n"], r["ci_low"], r["ci_high"], dirty)
+            tail_text = f"p99 async/threads {tail['ratio']:.2f} {_bounds(tail)}"
+            if why:
+                verdict, reason = "inconclusive", why
+            elif r["ci_high"] < 1:
+                verdict, reason = "pass", "the async client's CPU per query is lower (interval below 1)"
+            elif r["ci_low"] > 1:
+                verdict, reason = "fail", "the async client's CPU per query is higher (interval above 1)"
+            else:
+                verdict, reason = "inconclusive", "the interval straddles 1: no measured difference"
+            advice = {"pass": f"Migrating saves CPU per query on this query; {tail_text}.",
+                      "fail": f"Migrating costs CPU per query on this query; {tail_text}. Keep the threads.",
+                      "inconclusive": f"No clear CPU benefit; {tail_text}."}[verdict]
+            subject = f"async pool {int(first['pool_size'].iloc[0])} vs {int(threads['workers'].iloc[0])} threads"
+            rows.append(_row("001-migration", subject, verdict, "CPU per query, async / threads", "ratio", iv,
+                             "< 1", reason, advice))
+    s = stalls(run)
+    large = (body.get("mongodb") or {}).get("large_read") or {}
+    limit = float(large.get("stall_limit_ms", 10.0))
+    for variant, g in (s.groupby("variant", sort=False) if not s.empty else []):
+        dirty = "" if g["ok"].all() else "the read failed in a repeat"
+        verdict, iv, why = below(g["max_stall_ms"], limit, dirty)
+        size = int(g["batch_size"].iloc[0])
+        advice = {"pass": f"Batching {'by default' if not size else f'of {size}'} keeps the loop responsive.",
+                  "fail": "Set a smaller batch_size on this cursor (and a matching limit for pages).",
+                  "inconclusive": "Run more repeats to tell."}[verdict]
+        rows.append(_row("001-stall", str(variant), verdict, "longest loop stall", "ms", iv, f"< {limit:g} ms",
+                         f"{why}; {int(g['documents'].median())} documents in {g['read_s'].median():.2f} s", advice))
+    return rows
+
+
+def checks(run: Run) -> pd.DataFrame:
+    """Every check of the run's verify experiments (columns CHECK_COLUMNS)."""
+    rows = pg_checks(run) if "verify_postgres" in run.experiments else []
+    rows += mongo_checks(run) if "verify_mongo" in run.experiments else []
+    return pd.DataFrame(rows, columns=list(CHECK_COLUMNS))
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+PG_FIGURES = {"rps": ("req/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
+              "p99_p50_ratio": ("ratio", "lower"), "cpu_us_per_req": ("us", "lower"),
+              "pool_bound_frac": ("ratio", ""), "db_time_ms": ("ms", "lower")}
+MONGO_FIGURES = {"throughput_qps": ("queries/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
+                 "max_ms": ("ms", "lower"), "max_over_p99": ("ratio", "lower"),
+                 "fewest_over_most": ("ratio", "higher"), "cpu_us_per_op": ("us", "lower")}
+
+
+def metrics(run: Run) -> pd.DataFrame:
+    rows = MetricRows()
+    if "verify_postgres" in run.experiments:
+        t = models_table(run, "verify_postgres")
+        for _, r in t.iterrows():
+            for q, (unit, better) in PG_FIGURES.items():
+                rows.put("verify_postgres", r["variant"], q, unit, int(r["repeat"]), r[q], better, r["limit"])
+    if "verify_mongo" in run.experiments:
+        t = closed_loop(run)
+        for _, r in t.iterrows():
+            r = r.copy()
+            r["cpu_us_per_op"] = r["cpu_us_per_query"]
+            for q, (unit, better) in MONGO_FIGURES.items():
+                rows.put("verify_mongo", r["variant"], q, unit, int(r["repeat"]), r[q], better,
+                         str(r.get("bottleneck", "") or ""))
+        for _, r in stalls(run).iterrows():
+            rows.put("verify_mongo", r["variant"], "max_stall_ms", "ms", int(r["repeat"]), r["max_stall_ms"], "lower")
+    return rows.frame()

@@ -1,0 +1,104 @@
+"""`harness verify WORKLOAD.toml`: the seeds' checks on a user's own server and queries (issue 24).
+
+1. Read and check the workload file (`harness.workload_file`): schema, read-only statements,
+   placeholders with generators, the target's scheme. Nothing has connected anywhere yet.
+2. Refuse a target off loopback unless each such host is named with `--confirm-host`.
+3. Check that the target answers (one line naming it otherwise).
+4. Run `verify_postgres` or `verify_mongo` through `study.run`, like any experiment: the profile
+   `full` with the file's `[load]` as parameter overrides and `load.repeats` repeats, paired and
+   interleaved, warm-up excluded, client and server CPU, the in-run calibration, the manifest.
+   The target reaches the servers as STUDY_POSTGRES_DSN / STUDY_MONGODB_URI for this call only; the
+   run stores the workload without its target (the manifest's server entry is redacted).
+5. Build the one-page report (`notebooks/06_workload.ipynb`) into the run.
+
+`target = "local"` runs on the harness's own servers (an explicit STUDY_* variable is set aside for
+the call) and loads the named dataset first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from . import servers, store, study, workload_file
+from .errors import HarnessError
+
+ROLE_VARIABLE = {"postgres": "STUDY_POSTGRES_DSN", "mongodb": "STUDY_MONGODB_URI"}
+# [load] keys that are the verify experiments' parameters, per family (the rest are judgement
+# thresholds the analysis reads from the stored workload)
+LOAD_PARAMETERS = {"postgres": ("clients", "pools", "duration_s", "warmup_s", "models"),
+                   "mongodb": ("tasks", "threads", "pools", "duration_s", "warmup_s")}
+
+
+def plan(path: str | Path, confirmed_hosts: tuple[str, ...] = ()) -> tuple[workload_file.Workload, dict[str, Any]]:
+    """The checked workload and the experiment's parameter overrides; nothing is contacted."""
+    w = workload_file.load(path)
+    workload_file.confirm_target(w, confirmed_hosts, str(path))
+    load = w.load.model_dump()
+    overrides: dict[str, Any] = {k: load[k] for k in LOAD_PARAMETERS[w.family]}
+    overrides["workload"] = json.dumps(w.body(), sort_keys=True)
+    study.plan([w.experiment], "full", overrides, w.load.repeats)   # the parameters' own checks
+    return w, overrides
+
+
+@contextmanager
+def _target(w: workload_file.Workload) -> Iterator[None]:
+    """STUDY_* set to the file's target (or unset for `local`) for the duration of the run."""
+    var = ROLE_VARIABLE[w.family]
+    before = os.environ.get(var)
+    if w.target == "local":
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = w.target
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = before
+
+
+def check_reachable(w: workload_file.Workload) -> None:
+    if w.target == "local":
+        return
+    if w.family == "postgres":
+        servers.check_postgres(w.target, "target")
+    else:
+        servers.check_mongodb(w.target, "target")
+
+
+def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (),
+            data_dir: Path | None = None) -> tuple[workload_file.Workload, dict[str, Any]]:
+    """`plan()`, then the data directory and the target: every input error, before a run starts."""
+    w, overrides = plan(path, confirmed_hosts)
+    store.check_writable(data_dir)
+    check_reachable(w)
+    return w, overrides
+
+
+def run(path: str | Path, confirmed_hosts: tuple[str, ...] = (), *, data_dir: Path | None = None,
+        repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None) -> Path:
+    """Check, run and store the workload; returns the run's directory (`report.build` makes its page)."""
+    w, overrides = prepare(path, confirmed_hosts, data_dir)
+    with _target(w):
+        return study.run([w.experiment], "full", repeat or w.load.repeats, overrides, data_dir, on_event=on_event)
+
+
+def verdict_lines(run_: store.Run) -> list[str]:
+    """One line per check: verdict, check, subject, figure [interval], advice."""
+    from .analysis import verify as analysis
+
+    out = []
+    for _, c in analysis.checks(run_).iterrows():
+        figure = f"{c['figure']} {c['estimate']:.3g}"
+        if c["ci_low"] == c["ci_low"]:   # not NaN
+            figure += f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
+        out.append(f"{c['verdict'].upper():13} {c['check']:15} {c['subject']}: {figure} -- {c['advice']}")
+    if not out:
+        raise HarnessError(f"run {run_.id} holds no verify experiment")
+    return out

@@ -1,0 +1,304 @@
+"""`harness verify WORKLOAD.toml` (issue 24) against the session's real servers, at small sizes.
+
+- bad input: one line naming the problem, exit 2, no run written, nothing written to the target;
+- the examples run end to end through the command and give a verdict for every check;
+- a check can fail: the bare pool starves tasks where the semaphore does not, and one large batch
+  stalls the loop where small batches do not;
+- a target off loopback runs only with --confirm-host naming it, exercised on a server of the
+  test's own in a network namespace the test creates (a veth pair, torn down after).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import config, store, workload_file
+from harness import verify as verify_mod
+from harness.analysis import verify
+from harness.errors import HarnessError
+
+REPO_ROOT = config.REPO_ROOT
+PG_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"
+MONGO_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "mongodb_orders.toml"
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env or dict(os.environ))
+
+
+def write(tmp_path: Path, text: str, name: str = "w.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def small(example: Path, load: str) -> str:
+    """An example workload with its [load] section replaced by `load` (small sizes for the suite)."""
+    text = example.read_text()
+    return text[: text.index("[load]")] + "[load]\n" + load + "\n"
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+PG_TARGET = "postgresql://postgres@127.0.0.1:{port}/study"
+BAD = {
+    "unknown key": ('target = "local"\ndataset = "accounts"\ncolour = "blue"\n[postgres]\nrequest = ["SELECT 1"]\n',
+                    "colour: unknown key"),
+    "malformed statement": ('target = "local"\ndataset = "accounts"\n[postgres]\nrequest = ["(( 1"]\n',
+                            "postgres.request[0]: malformed statement"),
+    "write without allow_writes": ('target = "{dsn}"\n[postgres]\nrequest = ["DELETE FROM acct WHERE id = :id"]\n'
+                                   'params.id = {{ int = [1, 10] }}\n', "postgres.request[0]: DELETE is not a read"),
+    "empty query list": ('target = "local"\ndataset = "accounts"\n[postgres]\nrequest = []\n',
+                         "postgres.request: List should have at least 1 item"),
+    "placeholder without generator": ('target = "local"\ndataset = "accounts"\n[postgres]\n'
+                                      'request = ["SELECT 1 WHERE :x = 1"]\n', "no generator for placeholder :x"),
+    "unreachable target": ('target = "postgresql://postgres@127.0.0.1:9/study"\n[postgres]\nrequest = ["SELECT 1"]\n',
+                           "target: no PostgreSQL server answered"),
+    "non-loopback target without confirmation": (
+        'target = "postgresql://postgres@192.0.2.7:5432/study"\n[postgres]\nrequest = ["SELECT 1"]\n',
+        "target host 192.0.2.7 is not on loopback; to aim this load at it, pass --confirm-host 192.0.2.7"),
+    "wrong scheme": ('target = "mongodb://127.0.0.1:27017/"\n[postgres]\nrequest = ["SELECT 1"]\n',
+                     "target: expected \"local\" or a postgresql:// URI"),
+}
+
+
+def _acct_rows(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as c:
+        c.execute("CREATE TABLE IF NOT EXISTS acct (id integer PRIMARY KEY, owner text NOT NULL, "
+                  "balance numeric(12, 2) NOT NULL)")
+        return c.execute("SELECT count(*) FROM acct").fetchone()[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_workload_is_one_line_and_writes_nothing(case, tmp_path, stack):
+    text, expected = BAD[case]
+    path = write(tmp_path, text.replace("{dsn}", stack.postgres_dsn).replace("{{", "{").replace("}}", "}"))
+    data = tmp_path / "data"
+    before = _acct_rows(stack.postgres_dsn)
+    with pytest.raises(HarnessError) as e:
+        verify_mod.prepare(path, data_dir=data)
+    assert expected in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert not (data / "runs").exists() or not any((data / "runs").iterdir())
+    assert _acct_rows(stack.postgres_dsn) == before
+
+
+@pytest.mark.parametrize("case", ["unknown key", "unreachable target"])
+def test_the_command_says_it_in_one_line_with_exit_2(case, tmp_path):
+    text, expected = BAD[case]
+    data = tmp_path / "data"
+    out = cli("verify", str(write(tmp_path, text)), "--data-dir", str(data), timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert not (data / "runs").exists() or not any((data / "runs").iterdir())
+
+
+def test_a_write_hidden_in_a_cte_is_refused_by_the_server(stack, stack_env, tmp_path, monkeypatch):
+    """The lexical check passes a WITH; the read-only connection stops the DELETE inside it."""
+    for k, v in stack_env.items():
+        monkeypatch.setenv(k, v)
+    before = _acct_rows(stack.postgres_dsn)
+    cte = "WITH d AS (DELETE FROM acct WHERE id = :id RETURNING id) SELECT count(*) FROM d"
+    path = write(tmp_path, f'target = "{stack.postgres_dsn}"\n[postgres]\nrequest = ["{cte}"]\n'
+                           'params.id = { int = [1, 10] }\n[load]\nclients = 2\npools = [2]\n'
+                           'models = ["threads_psycopg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
+    run_dir = verify_mod.run(path, data_dir=tmp_path / "data")
+    run = store.Run(run_dir)
+    assert run.experiments["verify_postgres"]["status"] == "failed"
+    assert "read-only transaction" in str(run.experiments["verify_postgres"]), run.experiments["verify_postgres"]
+    assert _acct_rows(stack.postgres_dsn) == before
+
+
+def test_workload_file_errors_name_the_key():
+    with pytest.raises(HarnessError, match=r"w: load.pools.0: Input should be greater than 0"):
+        workload_file.parse({"target": "local", "dataset": "accounts", "postgres": {"request": ["SELECT 1"]},
+                             "load": {"pools": [0]}}, "w")
+    with pytest.raises(HarnessError, match=r"w: load.duration_s: Input should be less than or equal to 60"):
+        workload_file.parse({"target": "local", "dataset": "accounts", "postgres": {"request": ["SELECT 1"]},
+                             "load": {"duration_s": 3600}}, "w")
+    with pytest.raises(HarnessError, match=r"give exactly one of \[postgres\] and \[mongodb\]"):
+        workload_file.parse({"target": "local", "dataset": "accounts"}, "w")
+
+
+def test_placeholders_become_each_drivers_own():
+    sql = "SELECT x::int, '50%' FROM t WHERE a = :a AND b BETWEEN :a AND :b"
+    assert workload_file.to_psycopg(sql) == "SELECT x::int, '50%%' FROM t WHERE a = %(a)s AND b BETWEEN %(a)s AND %(b)s"
+    assert workload_file.to_asyncpg(sql) == ("SELECT x::int, '50%' FROM t WHERE a = $1 AND b BETWEEN $1 AND $2",
+                                            ["a", "b"])
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+def test_every_check_has_a_verdict_in_the_smoke_run(smoke_run):
+    checks = verify.checks(smoke_run)
+    assert set(checks["check"]) == {"002-pool-bound", "002-limit", "002-tail", "002-decide",
+                                    "001-fairness", "001-stall", "001-migration"}
+    assert set(checks["verdict"]) <= set(verify.VERDICTS)
+    assert checks["advice"].str.len().min() > 0
+
+
+def test_the_postgres_example_runs_through_the_command(tmp_path, stack_env):
+    """The example's request on the local servers with a small [load]: a run like any other, a
+    verdict line per check on stdout, and the one-page report."""
+    path = write(tmp_path, small(PG_EXAMPLE, 'clients = 8\npools = [4]\nduration_s = 0.5\nwarmup_s = 0.2\n'
+                                             'models = ["threads_psycopg", "uvloop_asyncpg"]\n'
+                                             'repeats = 2\np99_objective_ms = 250'))
+    data = tmp_path / "data"
+    started = time.monotonic()
+    out = cli("verify", str(path), "--data-dir", str(data), env=dict(os.environ, **stack_env), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = store.open_run("latest", data)
+    assert run.experiments["verify_postgres"]["repeats_planned"] == 2
+    checks = verify.checks(run)
+    assert len(checks) == 2 * 3 + 1           # pool-bound, limit, tail per model; one decision
+    for c in checks.itertuples():
+        assert f"{c.check:15} {c.subject}" in out.stdout
+    assert (run.path / "report" / "index.html").exists()
+    assert "06_workload.ipynb" in (run.path / "report" / "index.html").read_text()
+    print(f"postgres example at small load: {time.monotonic() - started:.0f} s")
+
+
+def _mongo_run(tmp_path: Path, body: str, stack_env: dict[str, str]) -> store.Run:
+    path = write(tmp_path, body)
+    old = {k: os.environ.get(k) for k in stack_env}
+    os.environ.update(stack_env)
+    try:
+        return store.Run(verify_mod.run(path, data_dir=tmp_path / "data"))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(tmp_path, stack_env):
+    body = ('target = "local"\ndataset = "orders"\n[mongodb]\ncollection = "orders"\n'
+            'filter = { customer = ":c" }\nparams.c = { choice = ["c1", "c2", "c3", "c4", "c5"] }\n'
+            '[load]\ntasks = 60\nthreads = 4\npools = [2]\nduration_s = 1.0\nwarmup_s = 0.2\nrepeats = 3\n')
+    run = _mongo_run(tmp_path, body, stack_env)
+    checks = verify.checks(run).set_index(["check", "subject"])
+    assert checks.loc[("001-fairness", "bare[pool=2]"), "verdict"] == "fail", checks.loc["001-fairness"].to_dict()
+    assert checks.loc[("001-fairness", "semaphore[pool=2]"), "verdict"] == "pass", checks.loc["001-fairness"].to_dict()
+
+
+def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path, stack_env):
+    """On FerretDB the default batches are small, so the seed's 16 MiB batch is asked for as
+    batch_size = the whole collection (20,000 documents, ~160 ms to decode here); 100 documents
+    per batch stay well under the check's limit (50 ms here, a margin over this 2-core machine's
+    scheduling noise while FerretDB shares the cores: the seed's is 10 ms)."""
+    body = ('target = "local"\ndataset = "orders"\n[mongodb]\ncollection = "orders"\n'
+            'filter = { customer = ":c" }\nparams.c = { choice = ["c1"] }\n'
+            'large_read = { filter = {}, batch_sizes = [100, 20000], default_batching = false, stall_limit_ms = 50 }\n'
+            '[load]\ntasks = 4\nthreads = 2\npools = [2]\nduration_s = 0.2\nwarmup_s = 0.0\nrepeats = 3\n')
+    path = write(tmp_path, body)
+    w, overrides = verify_mod.plan(path)
+    old = {k: os.environ.get(k) for k in stack_env}
+    os.environ.update(stack_env)
+    try:
+        from harness import study
+
+        run = store.Run(study.run(["verify_mongo"], "full", 3, {**overrides, "documents": 20_000},
+                                  tmp_path / "data"))
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    checks = verify.checks(run).set_index(["check", "subject"])
+    stall = checks.loc["001-stall"]
+    assert stall.loc["large_read[batch_size=20000]", "verdict"] == "fail", stall.to_dict()
+    assert stall.loc["large_read[batch_size=100]", "verdict"] == "pass", stall.to_dict()
+
+
+# ------------------------------------------------------------------------------- a target off loopback
+
+FORWARDER = """
+import asyncio, sys
+listen_host, listen_port, to_host, to_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data); await w.drain()
+    finally:
+        w.close()
+async def handle(r, w):
+    tr, tw = await asyncio.open_connection(to_host, to_port)
+    await asyncio.gather(pipe(r, tw), pipe(tr, w), return_exceptions=True)
+async def main():
+    server = await asyncio.start_server(handle, listen_host, listen_port)
+    print("ready", flush=True)
+    async with server:
+        await asyncio.wait_for(server.serve_forever(), timeout=float(sys.argv[5]))
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def namespaced_server(stack, tmp_path):
+    """A PostgreSQL server of the test's own in a network namespace the test creates: a veth pair
+    (10.231.x.1 here, 10.231.x.2 in the namespace) and, inside the namespace, a TCP forwarder on
+    10.231.x.2:6543 to the session's PostgreSQL (through a second forwarder on the host side of
+    the pair, since the server listens on loopback). Torn down after; every process is bounded
+    to 300 s."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to create a network namespace")
+    from urllib.parse import urlsplit
+
+    n = os.getpid() % 200 + 20
+    ns, host_if, ns_if = f"hv{os.getpid()}", f"hva{os.getpid() % 100000}", f"hvb{os.getpid() % 100000}"
+    host_ip, ns_ip = f"10.231.{n}.1", f"10.231.{n}.2"
+    pg = urlsplit(stack.postgres_dsn)
+    script = tmp_path / "forward.py"
+    script.write_text(FORWARDER)
+    steps = [["ip", "netns", "add", ns], ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
+             ["ip", "link", "set", ns_if, "netns", ns], ["ip", "addr", "add", f"{host_ip}/30", "dev", host_if],
+             ["ip", "link", "set", host_if, "up"],
+             ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_if],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    procs = []
+    try:
+        for s in steps:
+            subprocess.run(s, check=True, capture_output=True, timeout=20)
+        for cmd in ([sys.executable, str(script), host_ip, "6544", pg.hostname, str(pg.port), "300"],
+                    ["ip", "netns", "exec", ns, sys.executable, str(script), ns_ip, "6543", host_ip, "6544", "300"]):
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        yield f"postgresql://postgres@{ns_ip}:6543/study", ns_ip
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=20)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, tmp_path):
+    dsn, host = namespaced_server
+    assert not workload_file.is_loopback(host)
+    path = write(tmp_path, f'target = "{dsn}"\n[postgres]\nrequest = ["SELECT owner FROM acct WHERE id = :id"]\n'
+                           'params.id = { int = [1, 1000] }\n[load]\nclients = 2\npools = [2]\n'
+                           'models = ["uvloop_asyncpg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STUDY_")}
+    refused = cli("verify", str(path), "--data-dir", str(data), "--no-report", env=env, timeout=60)
+    assert refused.returncode == 2 and f"pass --confirm-host {host}" in refused.stderr, refused.stderr
+    assert not (data / "runs").exists()
+    wrong = cli("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", "10.0.0.1", env=env,
+                timeout=60)
+    assert wrong.returncode == 2, wrong.stderr
+    ran = cli("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", host, env=env, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    run = store.open_run("latest", data)
+    assert run.experiments["verify_postgres"]["status"] == "ok"
+    assert host in run.manifest["servers"]["postgres"]["uri"]
