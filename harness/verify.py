@@ -95,7 +95,10 @@ def verdict_lines(run_: store.Run) -> list[str]:
 
     out = []
     for _, c in analysis.checks(run_).iterrows():
-        figure = f"{c['figure']} {c['estimate']:.3g}"
+        if c["unit"] == "share of repeats":
+            figure = f"{c['figure']} ({c['estimate']:.0%} of {c['n']} repeats)"
+        else:
+            figure = f"{c['figure']} {c['estimate']:.3g}"
         if c["ci_low"] == c["ci_low"]:   # not NaN
             figure += f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
         out.append(f"{c['verdict'].upper():13} {c['check']:15} {c['subject']}: {figure} -- {c['advice']}")

@@ -139,7 +139,11 @@ def _pct(x: float) -> str:
     return f"{x:.0%}" if math.isfinite(x) else "—"
 
 
-def _bounds(iv: dict[str, Any], fmt=lambda x: f"{x:.2f}") -> str:
+def _f(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "—"
+
+
+def _bounds(iv: dict[str, Any], fmt=_f) -> str:
     """"[low, high]" of an interval, or "(no interval)" when it has none (one repeat)."""
     lo, hi = iv.get("ci_low", math.nan), iv.get("ci_high", math.nan)
     return f"[{fmt(lo)}, {fmt(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else "(no interval)"
@@ -185,7 +189,7 @@ def pg_checks(run: Run) -> list[dict[str, Any]]:
                          f"[{BUSY:.2f}, {1 / BUSY:.2f}]", why, advice))
         rows.append(_limit_row(g, subject, pools, production, dirty))
         ratio = interval(g["p99_p50_ratio"])
-        p99_note = f"p99/p50 {ratio['estimate']:.2f} {_bounds(ratio)}"
+        p99_note = f"p99/p50 {_f(ratio['estimate'])} {_bounds(ratio)}"
         if objective:
             verdict, iv, why = below(g["p99_ms"], float(objective), dirty)
             advice = {"pass": f"p99 meets the {objective:g} ms objective ({p99_note}).",
@@ -318,8 +322,8 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
                    if not semaphore else "Still unfair behind the semaphore: fewer tasks or a larger pool.")
             advice = {"pass": "The pool is fair at this concurrency.", "fail": fix,
                       "inconclusive": "Run more repeats or a longer window to tell."}[verdict]
-            reason = (f"max/p99 {iv_tail['estimate']:.2f} {_bounds(iv_tail)} ({v_tail}: {why_tail}); "
-                      f"fewest/most per task {iv_even['estimate']:.2f} {_bounds(iv_even)} ({v_even}: {why_even})")
+            reason = (f"max/p99 {_f(iv_tail['estimate'])} {_bounds(iv_tail)} ({v_tail}: {why_tail}); "
+                      f"fewest/most per task {_f(iv_even['estimate'])} {_bounds(iv_even)} ({v_even}: {why_even})")
             rows.append(_row("001-fairness", str(variant), verdict, "max / p99", "ratio", iv_tail,
                              f"max/p99 <= {MAX_OVER_P99:g} and fewest/most >= {EVEN:g}", reason, advice))
         bare = t[t["mode"] == "bare"]
@@ -333,7 +337,7 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
             iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
             dirty = _dirty(pd.concat([first, threads]), "errors", "other_cpu_pct")
             why = _unusable(r["n"], r["ci_low"], r["ci_high"], dirty)
-            tail_text = f"p99 async/threads {tail['ratio']:.2f} {_bounds(tail)}"
+            tail_text = f"p99 async/threads {_f(tail['ratio'])} {_bounds(tail)}"
             if why:
                 verdict, reason = "inconclusive", why
             elif r["ci_high"] < 1:
