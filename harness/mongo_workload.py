@@ -142,6 +142,7 @@ class Query:
     worker), with optional projection, sort and limit (find_one when the limit is absent or 1)."""
 
     collection: str = COLLECTION
+    database: str = STUDY_DB
     filter: dict[str, Any] | None = None          # None: the seed's customer lookup
     params: dict[str, Any] = field(default_factory=dict)
     projection: dict[str, Any] | None = None
@@ -267,7 +268,7 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
     async def main() -> list[dict[str, Any]]:
         async with async_client(uri, driver=driver, maxPoolSize=pool_size) as client:
-            col = client[STUDY_DB][query.collection]
+            col = client[query.database][query.collection]
             # FIFO: asyncio.Semaphore wakes waiters in arrival order, unlike the pool's wait queue.
             sem = asyncio.Semaphore(pool_size) if semaphore else None
             if warmup_s > 0:
@@ -296,7 +297,7 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
     import pymongo
 
     with pymongo.MongoClient(ctx.servers.mongodb_uri, **client_timeouts(maxPoolSize=pool_size)) as client:
-        col = client[STUDY_DB][query.collection]
+        col = client[query.database][query.collection]
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1, query=query)
         with _window(ctx, variant, backend, db, loop="threads", driver="pymongo-sync", pool_size=pool_size,

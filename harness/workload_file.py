@@ -116,6 +116,7 @@ class LargeRead(_Strict):
 
 
 class Mongo(_Strict):
+    database: str | None = None                                        # default: the URI's, else "study"
     collection: str = Field(min_length=1)
     filter: dict[str, Any]
     params: dict[str, Generator] = {}
@@ -140,6 +141,9 @@ class Workload(_Strict):
             raise ValueError("give exactly one of [postgres] and [mongodb]")
         if self.target == "local" and self.dataset is None:
             raise ValueError("target = \"local\" needs dataset = \"accounts\" (PostgreSQL) or \"orders\" (MongoDB)")
+        if self.allow_writes and self.postgres is not None:
+            raise ValueError("allow_writes: only [mongodb] has a write check (seed 001's bulk writes); "
+                             "seed 002 has none")
         if self.target != "local" and self.dataset is not None:
             raise ValueError("dataset is for target = \"local\" only: the harness never loads data into your server")
         return self

@@ -302,3 +302,30 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, tmp_p
     run = store.open_run("latest", data)
     assert run.experiments["verify_postgres"]["status"] == "ok"
     assert host in run.manifest["servers"]["postgres"]["uri"]
+
+
+def test_the_write_check_runs_only_in_a_scratch_collection_it_drops(tmp_path, stack_env, stack):
+    """allow_writes = true adds seed 001's bulk-write check; the user's collection is untouched and
+    no scratch collection is left behind."""
+    import pymongo
+
+    body = ('target = "local"\ndataset = "orders"\nallow_writes = true\n[mongodb]\ncollection = "orders"\n'
+            'filter = { customer = ":c" }\nparams.c = { choice = ["c1"] }\n'
+            '[load]\ntasks = 4\nthreads = 2\npools = [2]\nduration_s = 0.2\nwarmup_s = 0.0\nrepeats = 1\n')
+    with pymongo.MongoClient(stack.mongodb_uri) as c:
+        before = c["study"]["orders"].estimated_document_count()
+    run = _mongo_run(tmp_path, body, stack_env)
+    checks = verify.checks(run)
+    bulk = checks[checks["check"] == "001-bulk"]
+    assert len(bulk) == 1 and bulk["verdict"].iloc[0] in verify.VERDICTS, checks.to_dict("records")
+    writes = run.table("verify_mongo", "writes")
+    assert set(writes["method"]) == {"insert_one", "insert_many"} and writes["ok"].all()
+    with pymongo.MongoClient(stack.mongodb_uri) as c:
+        assert c["study"]["orders"].estimated_document_count() == before
+        assert not [n for n in c["study"].list_collection_names() if n.startswith("harness_verify_scratch_")]
+
+
+def test_allow_writes_has_no_postgres_check():
+    with pytest.raises(HarnessError, match="allow_writes: only \\[mongodb\\] has a write check"):
+        workload_file.parse({"target": "local", "dataset": "accounts", "allow_writes": True,
+                             "postgres": {"request": ["SELECT 1"]}}, "w")

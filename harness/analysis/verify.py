@@ -30,6 +30,8 @@ MongoDB (seed 001), `verify_mongo`:
     001-stall        "a probe shows loop stalls below 10 ms" while the large read runs, per batching
     001-migration    "the migration's benefit is measured on the real query mix -- CPU per query
                      and tail latency": the async client's CPU per query over the threads model's
+    001-bulk         "loaders use insert_many or bulk_write" (only with allow_writes, in a scratch
+                     collection): time per document one by one over insert_many's, above 1
 
 `metrics(run)` gives the experiments' per-repeat figures in contract C1's long form.
 """
@@ -71,6 +73,8 @@ LINES = {
                     "a small multiple of the p99, and per-task completion counts are even.",
     "001-stall": "Verify: every cursor that can return more than a few thousand documents sets batch_size, "
                  "and a probe shows loop stalls below 10 ms while it runs.",
+    "001-bulk": "Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
+                "happen after the first error.",
     "001-migration": "Verify: the migration's benefit is measured on the real query mix — CPU per query and "
                      "tail latency — not assumed.",
 }
@@ -352,6 +356,7 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
             subject = f"async pool {int(first['pool_size'].iloc[0])} vs {int(threads['workers'].iloc[0])} threads"
             rows.append(_row("001-migration", subject, verdict, "CPU per query, async / threads", "ratio", iv,
                              "< 1", reason, advice))
+    rows += _bulk_rows(run)
     s = stalls(run)
     large = (body.get("mongodb") or {}).get("large_read") or {}
     limit = float(large.get("stall_limit_ms", 10.0))
@@ -365,6 +370,34 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
         rows.append(_row("001-stall", str(variant), verdict, "longest loop stall", "ms", iv, f"< {limit:g} ms",
                          f"{why}; {int(g['documents'].median())} documents in {g['read_s'].median():.2f} s", advice))
     return rows
+
+
+def _bulk_rows(run: Run) -> list[dict[str, Any]]:
+    """001-bulk (allow_writes only): time per document inserted one by one over insert_many's,
+    paired by repeat; pass when the interval lies above 1 (bulk writes are faster here)."""
+    w = run.table("verify_mongo", "writes")
+    if w.empty:
+        return []
+    w = w.assign(us_per_doc=1e6 * w["wall_s"] / w["documents"])
+    one = w[w["method"] == "insert_one"].set_index("repeat")["us_per_doc"].to_dict()
+    many = w[w["method"] == "insert_many"].set_index("repeat")["us_per_doc"].to_dict()
+    r = stats.paired_ratio(one, many, confidence=CONFIDENCE)
+    iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+    why = _unusable(r["n"], r["ci_low"], r["ci_high"], "" if w["ok"].all() else "a write failed in a repeat")
+    if why:
+        verdict, reason = "inconclusive", why
+    elif r["ci_low"] > 1:
+        verdict, reason = "pass", "the 90% interval lies above 1: bulk writes are faster on this server"
+    elif r["ci_high"] < 1:
+        verdict, reason = "fail", "the 90% interval lies below 1: one by one was faster"
+    else:
+        verdict, reason = "inconclusive", "the 90% interval straddles 1"
+    advice = {"pass": "Load with insert_many or bulk_write; choose `ordered` by what should follow a first error.",
+              "fail": "Bulk writes did not pay here: check the server's write path before changing the loader.",
+              "inconclusive": "Run more repeats or more documents to tell."}[verdict]
+    subject = f"{int(w['documents'].iloc[0])} documents, scratch collection"
+    return [_row("001-bulk", subject, verdict, "time per document, insert_one / insert_many", "ratio", iv, "> 1",
+                 reason, advice)]
 
 
 def checks(run: Run) -> pd.DataFrame:

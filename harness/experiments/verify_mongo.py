@@ -12,12 +12,16 @@ warm-up and the per-operation rows are `mongo_pool`'s and `mongo_models'` own
   `bare` at the first pool: CPU per query and tail (section 5, "measure before migrating");
 - `large_read[batch_size=...]` (with `[mongodb.large_read]`): every document the large read returns,
   iterated with `async for`, default batching and each of `batch_sizes`, while a probe task
-  (`harness.probe.LoopProbe`) records how late the loop woke it (section 3, the stalls).
+  (`harness.probe.LoopProbe`) records how late the loop woke it (section 3, the stalls);
+- `insert_one[documents=N]`, `insert_many[documents=N]` (only with `allow_writes = true`): N copies
+  of the collection's documents inserted one by one or in bulk into a scratch collection
+  (`harness_verify_scratch_<random>`) the variant creates and drops (section 2, bulk writes).
 
-Every operation is a read. Each `{ column = "field" }` generator becomes a list of the field's
-values in up to `sample` documents, read before the variants (in natural order: not a random sample).
-On the local FerretDB with the study's `orders`, the customer index is made usable as `mongo_pool`
-does (`ferretdb_backend_index`); on any other target nothing is created.
+Every other operation is a read, in `database` (default: the URI's database, else "study"). Each
+`{ column = "field" }` generator becomes a list of the field's values in up to `sample` documents,
+read before the variants (in natural order: not a random sample). On the local FerretDB with the study's
+`orders`, the customer index is made usable as `mongo_pool` does (`ferretdb_backend_index`); on any
+other target nothing is created.
 
 A closed-loop variant whose failed share passes `load.max_error_rate` stops the repeat.
 `in_study` is false: `harness verify FILE` runs it; with no workload it runs
@@ -27,6 +31,7 @@ A closed-loop variant whose failed share passes `load.max_error_rate` stops the 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -52,6 +57,7 @@ from ..servers import STUDY_DB, database_pids
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, variant_id, window_columns
 
 EXAMPLE = REPO_ROOT / "examples" / "workloads" / "mongodb_orders.toml"
+SCRATCH_PREFIX = "harness_verify_scratch_"   # the only collections a verify run writes, each dropped after
 
 
 def example_body(path=EXAMPLE) -> str:
@@ -66,6 +72,7 @@ class VerifyMongoParams(Params):
     pools: tuple[int, ...] = (10,)
     duration_s: float = 3.0
     documents: int = DOCUMENTS["full"]     # the local `orders` (target = "local" only)
+    write_documents: int = 2000            # documents each write variant inserts (allow_writes only)
     probe_interval_s: float = 0.001
     timeout_s: float = 900.0
 
@@ -75,7 +82,8 @@ class VerifyMongoParams(Params):
 
     def validate(self) -> None:
         super().validate()
-        self.require_positive("tasks", "threads", "pools", "duration_s", "documents", "probe_interval_s")
+        self.require_positive("tasks", "threads", "pools", "duration_s", "documents", "probe_interval_s",
+                              "write_documents")
         body = workload_file.from_json(self.workload, "parameter workload")
         if body.get("mongodb") is None:
             raise HarnessError("parameter workload: verify_mongo needs a [mongodb] section")
@@ -85,10 +93,17 @@ class VerifyMongoParams(Params):
         return json.loads(self.workload)
 
 
-async def sample_field(uri: str, collection: str, field: str, n: int) -> list[Any]:
+def database_of(body: dict[str, Any], uri: str) -> str:
+    """The workload's `database`, else the URI's default database, else the study's."""
+    from pymongo.uri_parser import parse_uri
+
+    return body["mongodb"].get("database") or parse_uri(uri).get("database") or STUDY_DB
+
+
+async def sample_field(uri: str, database: str, collection: str, field: str, n: int) -> list[Any]:
     """The values of `field` in up to `n` documents that have it (natural order), for a generator."""
     async with async_client(uri) as client:
-        docs = await client[STUDY_DB][collection].find({field: {"$exists": True}}, {field: 1, "_id": 0}) \
+        docs = await client[database][collection].find({field: {"$exists": True}}, {field: 1, "_id": 0}) \
             .limit(n).to_list()
     values = []
     for d in docs:
@@ -103,16 +118,16 @@ async def sample_field(uri: str, collection: str, field: str, n: int) -> list[An
 
 
 def query_of(body: dict[str, Any], uri: str) -> Query:
-    m = body["mongodb"]
+    m, database = body["mongodb"], database_of(body, uri)
     params = {}
     for name, g in (m.get("params") or {}).items():
         if "column" in g:
-            params[name] = {"choice": run_async(partial(sample_field, uri, m["collection"], g["column"],
+            params[name] = {"choice": run_async(partial(sample_field, uri, database, m["collection"], g["column"],
                                                         int(g.get("sample", 1000))))}
         else:
             params[name] = g
-    return Query(collection=m["collection"], filter=m["filter"], params=params, projection=m.get("projection"),
-                 sort=m.get("sort"), limit=m.get("limit"))
+    return Query(collection=m["collection"], database=database, filter=m["filter"], params=params,
+                 projection=m.get("projection"), sort=m.get("sort"), limit=m.get("limit"))
 
 
 class VerifyMongo(Experiment):
@@ -123,7 +138,7 @@ class VerifyMongo(Experiment):
     params_type = VerifyMongoParams
     profiles = {"seed": {}, "full": {}, "quick": {},
                 "smoke": {"tasks": 20, "threads": 4, "pools": (4,), "duration_s": 0.3, "warmup_s": 0.1,
-                          "documents": DOCUMENTS["smoke"], "timeout_s": 240.0}}
+                          "documents": DOCUMENTS["smoke"], "write_documents": 200, "timeout_s": 240.0}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 5}
     analysis = "harness.analysis.verify"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
@@ -135,6 +150,8 @@ class VerifyMongo(Experiment):
         "probe": {"variant": "str", "seq": "int", "offset_s": "float", "lateness_s": "float"},
         "reads": {"variant": "str", "batch_size": "int", "documents": "int", "wall_s": "float", "ok": "bool",
                   "error": "str"},
+        "writes": {"variant": "str", "method": "str", "documents": "int", "wall_s": "float", "ok": "bool",
+                   "error": "str", "scratch": "str"},
     }
 
     def datasets(self, p: VerifyMongoParams) -> list:
@@ -156,11 +173,16 @@ class VerifyMongo(Experiment):
         if large:
             sizes = ([0] if large.get("default_batching", True) else []) + list(large["batch_sizes"])
             points += [{"mode": "large_read", "batch_size": b} for b in sizes]
+        if body.get("allow_writes"):
+            points += [{"mode": "insert_one"}, {"mode": "insert_many"}]
         db = DatabaseCPU(database_pids(ctx.servers))
         with ferretdb_backend_index(ctx, body.get("dataset") == "orders"):
             for pt in ctx.order(points):
                 if pt["mode"] == "large_read":
                     self._large_read(ctx, large, body["mongodb"]["collection"], pt["batch_size"])
+                    continue
+                if pt["mode"] in ("insert_one", "insert_many"):
+                    self._write(ctx, body, pt["mode"])
                     continue
                 common = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=int(body.get("seed", 1)),
                               db=db, query=query, mode=pt["mode"])
@@ -179,11 +201,12 @@ class VerifyMongo(Experiment):
         p: VerifyMongoParams = ctx.params
         variant = variant_id("large_read", batch_size=batch or "default")
         collection = large.get("collection") or default_collection
+        database = database_of(p.body(), ctx.servers.mongodb_uri)
         out: dict[str, Any] = {}
 
         async def main() -> None:
             async with async_client(ctx.servers.mongodb_uri) as client:
-                col = client[STUDY_DB][collection]
+                col = client[database][collection]
                 kwargs = {"batch_size": batch} if batch else {}
                 n, error = 0, ""
                 with ctx.window(variant, mode="large_read", loop="asyncio", driver="pymongo", pool_size=0,
@@ -204,6 +227,50 @@ class VerifyMongo(Experiment):
                               "ok": not out["error"], "error": out["error"]}])
         if out["error"]:
             raise HarnessError(f"{variant}: the large read failed: {out['error']}")
+
+
+    def _write(self, ctx: Context, body: dict[str, Any], method: str) -> None:
+        """Seed 001's bulk-write check, only with allow_writes: `write_documents` copies of the
+        query collection's first 100 documents (their shape, without _id) inserted one by one or in
+        one insert_many(ordered=False), into a scratch collection this variant creates and drops."""
+        p: VerifyMongoParams = ctx.params
+        uri, database = ctx.servers.mongodb_uri, database_of(body, ctx.servers.mongodb_uri)
+        scratch = f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}"
+        variant = variant_id(method, documents=p.write_documents)
+        out: dict[str, Any] = {"wall_s": float("nan"), "error": "the scratch collection was not written"}
+
+        async def main() -> None:
+            async with async_client(uri) as client:
+                db = client[database]
+                shape = await db[body["mongodb"]["collection"]].find({}, {"_id": 0}).limit(100).to_list()
+                shape = shape or [{"i": 0, "pad": "x" * 200}]
+                docs = [dict(shape[k % len(shape)]) for k in range(p.write_documents)]
+                await db.create_collection(scratch)
+                error = ""
+                w = None
+                try:
+                    with ctx.window(variant, mode=method, loop="asyncio", driver="pymongo", pool_size=0, workers=1,
+                                    semaphore=False, duration_s=0.0) as w:
+                        try:
+                            if method == "insert_one":
+                                for d in docs:
+                                    await db[scratch].insert_one(d)
+                            else:
+                                await db[scratch].insert_many(docs, ordered=False)
+                        except Exception as e:  # recorded: the check says what failed
+                            error = error_text(e)
+                        w.ops = 0 if error else len(docs)
+                finally:
+                    await db.drop_collection(scratch)
+                if w is not None:
+                    out.update(wall_s=w.wall_s, error=error)
+
+        run_async(main)
+        ctx.record("writes", [{"variant": variant, "method": method, "documents": p.write_documents,
+                               "wall_s": out["wall_s"], "ok": not out["error"], "error": out["error"],
+                               "scratch": scratch}])
+        if out["error"]:
+            raise HarnessError(f"{variant}: the write check failed: {out['error']}")
 
 
 EXPERIMENT = VerifyMongo()
