@@ -142,7 +142,7 @@ def test_placeholders_become_each_drivers_own():
 def test_every_check_has_a_verdict_in_the_smoke_run(smoke_run):
     checks = verify.checks(smoke_run)
     assert set(checks["check"]) == {"002-pool-bound", "002-limit", "002-tail", "002-decide",
-                                    "001-fairness", "001-stall", "001-migration"}
+                                    "001-fairness", "001-stall", "001-migration", "001-client"}
     assert set(checks["verdict"]) <= set(verify.VERDICTS)
     assert checks["advice"].str.len().min() > 0
 

@@ -30,6 +30,8 @@ MongoDB (seed 001), `verify_mongo`:
     001-stall        "a probe shows loop stalls below 10 ms" while the large read runs, per batching
     001-migration    "the migration's benefit is measured on the real query mix -- CPU per query
                      and tail latency": the async client's CPU per query over the threads model's
+    001-client       "exactly one AsyncMongoClient is constructed per process": time per query with
+                     a client per request over a shared client's, above 1
     001-bulk         "loaders use insert_many or bulk_write" (only with allow_writes, in a scratch
                      collection): time per document one by one over insert_many's, above 1
 
@@ -73,6 +75,8 @@ LINES = {
                     "a small multiple of the p99, and per-task completion counts are even.",
     "001-stall": "Verify: every cursor that can return more than a few thousand documents sets batch_size, "
                  "and a probe shows loop stalls below 10 ms while it runs.",
+    "001-client": "Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at "
+                  "shutdown.",
     "001-bulk": "Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
                 "happen after the first error.",
     "001-migration": "Verify: the migration's benefit is measured on the real query mix — CPU per query and "
@@ -360,7 +364,20 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
             subject = f"async pool {int(first['pool_size'].iloc[0])} vs {int(threads['workers'].iloc[0])} threads"
             rows.append(_row("001-migration", subject, verdict, "CPU per query, async / threads", "ratio", iv,
                              "< 1", reason, advice))
-    rows += _bulk_rows(run)
+    rows += _ratio_row(run, "clients", "queries", "client_per_request", "shared_client", "001-client",
+                       "time per query, a client per request / shared", "a shared client",
+                       {"pass": "Construct one AsyncMongoClient per process and share it: a client per request "
+                                "pays a connection and handshake on every query here.",
+                        "fail": "A client per request was not slower here; share one all the same (pools, "
+                                "monitoring threads).",
+                        "inconclusive": "Run more repeats or more queries to tell."})
+    rows += _ratio_row(run, "writes", "documents", "insert_one", "insert_many", "001-bulk",
+                       "time per document, insert_one / insert_many", "bulk writes",
+                       {"pass": "Load with insert_many or bulk_write; choose `ordered` by what should follow a "
+                                "first error.",
+                        "fail": "Bulk writes did not pay here: check the server's write path before changing "
+                                "the loader.",
+                        "inconclusive": "Run more repeats or more documents to tell."})
     s = stalls(run)
     large = (body.get("mongodb") or {}).get("large_read") or {}
     limit = float(large.get("stall_limit_ms", 10.0))
@@ -376,32 +393,29 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _bulk_rows(run: Run) -> list[dict[str, Any]]:
-    """001-bulk (allow_writes only): time per document inserted one by one over insert_many's,
-    paired by repeat; pass when the interval lies above 1 (bulk writes are faster here)."""
-    w = run.table("verify_mongo", "writes")
-    if w.empty:
+def _ratio_row(run: Run, table: str, count: str, slow: str, fast: str, check: str, figure: str, what: str,
+               advice: dict[str, str]) -> list[dict[str, Any]]:
+    """A check that `fast` beats `slow` on this server (001-client, 001-bulk): time per unit of
+    `slow` over `fast`'s, paired by repeat; pass when the interval lies above 1. [] when the run
+    has no such table (001-bulk runs only with allow_writes)."""
+    t = run.table("verify_mongo", table)
+    if t.empty:
         return []
-    w = w.assign(us_per_doc=1e6 * w["wall_s"] / w["documents"])
-    one = w[w["method"] == "insert_one"].set_index("repeat")["us_per_doc"].to_dict()
-    many = w[w["method"] == "insert_many"].set_index("repeat")["us_per_doc"].to_dict()
-    r = stats.paired_ratio(one, many, confidence=CONFIDENCE)
+    t = t.assign(us_per=1e6 * t["wall_s"] / t[count])
+    r = stats.paired_ratio(t[t["method"] == slow].set_index("repeat")["us_per"].to_dict(),
+                           t[t["method"] == fast].set_index("repeat")["us_per"].to_dict(), confidence=CONFIDENCE)
     iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
-    why = _unusable(r["n"], r["ci_low"], r["ci_high"], "" if w["ok"].all() else "a write failed in a repeat")
+    why = _unusable(r["n"], r["ci_low"], r["ci_high"], "" if t["ok"].all() else f"the {table} check failed in a repeat")
     if why:
         verdict, reason = "inconclusive", why
     elif r["ci_low"] > 1:
-        verdict, reason = "pass", "the 90% interval lies above 1: bulk writes are faster on this server"
+        verdict, reason = "pass", f"the 90% interval lies above 1: {what} faster on this server"
     elif r["ci_high"] < 1:
-        verdict, reason = "fail", "the 90% interval lies below 1: one by one was faster"
+        verdict, reason = "fail", f"the 90% interval lies below 1: {what} slower on this server"
     else:
         verdict, reason = "inconclusive", "the 90% interval straddles 1"
-    advice = {"pass": "Load with insert_many or bulk_write; choose `ordered` by what should follow a first error.",
-              "fail": "Bulk writes did not pay here: check the server's write path before changing the loader.",
-              "inconclusive": "Run more repeats or more documents to tell."}[verdict]
-    subject = f"{int(w['documents'].iloc[0])} documents, scratch collection"
-    return [_row("001-bulk", subject, verdict, "time per document, insert_one / insert_many", "ratio", iv, "> 1",
-                 reason, advice)]
+    subject = f"{int(t[count].iloc[0])} {count}" + (", scratch collection" if table == "writes" else "")
+    return [_row(check, subject, verdict, figure, "ratio", iv, "> 1", reason, advice[verdict])]
 
 
 def checks(run: Run) -> pd.DataFrame:

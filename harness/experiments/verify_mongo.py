@@ -13,6 +13,8 @@ warm-up and the per-operation rows are `mongo_pool`'s and `mongo_models'` own
 - `large_read[batch_size=...]` (with `[mongodb.large_read]`): every document the large read returns,
   iterated with `async for`, default batching and each of `batch_sizes`, while a probe task
   (`harness.probe.LoopProbe`) records how late the loop woke it (section 3, the stalls);
+- `client_per_request[queries=N]`, `shared_client[queries=N]`: N queries one after another, each on
+  a client of its own or all on one shared client (section 1, one client per process);
 - `insert_one[documents=N]`, `insert_many[documents=N]` (only with `allow_writes = true`): N copies
   of the collection's documents inserted one by one or in bulk into a scratch collection
   (`harness_verify_scratch_<random>`) the variant creates and drops (section 2, bulk writes).
@@ -73,6 +75,7 @@ class VerifyMongoParams(Params):
     duration_s: float = 3.0
     documents: int = DOCUMENTS["full"]     # the local `orders` (target = "local" only)
     write_documents: int = 2000            # documents each write variant inserts (allow_writes only)
+    client_queries: int = 50               # sequential queries of each client variant
     probe_interval_s: float = 0.001
     timeout_s: float = 900.0
 
@@ -83,7 +86,7 @@ class VerifyMongoParams(Params):
     def validate(self) -> None:
         super().validate()
         self.require_positive("tasks", "threads", "pools", "duration_s", "documents", "probe_interval_s",
-                              "write_documents")
+                              "write_documents", "client_queries")
         body = workload_file.from_json(self.workload, "parameter workload")
         if body.get("mongodb") is None:
             raise HarnessError("parameter workload: verify_mongo needs a [mongodb] section")
@@ -138,7 +141,8 @@ class VerifyMongo(Experiment):
     params_type = VerifyMongoParams
     profiles = {"seed": {}, "full": {}, "quick": {},
                 "smoke": {"tasks": 20, "threads": 4, "pools": (4,), "duration_s": 0.3, "warmup_s": 0.1,
-                          "documents": DOCUMENTS["smoke"], "write_documents": 200, "timeout_s": 240.0}}
+                          "documents": DOCUMENTS["smoke"], "write_documents": 200, "client_queries": 10,
+                          "timeout_s": 240.0}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 5}
     analysis = "harness.analysis.verify"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
@@ -152,6 +156,8 @@ class VerifyMongo(Experiment):
                   "error": "str"},
         "writes": {"variant": "str", "method": "str", "documents": "int", "wall_s": "float", "ok": "bool",
                    "error": "str", "scratch": "str"},
+        "clients": {"variant": "str", "method": "str", "queries": "int", "wall_s": "float", "ok": "bool",
+                    "error": "str"},
     }
 
     def datasets(self, p: VerifyMongoParams) -> list:
@@ -173,6 +179,7 @@ class VerifyMongo(Experiment):
         if large:
             sizes = ([0] if large.get("default_batching", True) else []) + list(large["batch_sizes"])
             points += [{"mode": "large_read", "batch_size": b} for b in sizes]
+        points += [{"mode": "client_per_request"}, {"mode": "shared_client"}]
         if body.get("allow_writes"):
             points += [{"mode": "insert_one"}, {"mode": "insert_many"}]
         db = DatabaseCPU(database_pids(ctx.servers))
@@ -183,6 +190,9 @@ class VerifyMongo(Experiment):
                     continue
                 if pt["mode"] in ("insert_one", "insert_many"):
                     self._write(ctx, body, pt["mode"])
+                    continue
+                if pt["mode"] in ("client_per_request", "shared_client"):
+                    self._clients(ctx, query, pt["mode"])
                     continue
                 common = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=int(body.get("seed", 1)),
                               db=db, query=query, mode=pt["mode"])
@@ -228,6 +238,40 @@ class VerifyMongo(Experiment):
         if out["error"]:
             raise HarnessError(f"{variant}: the large read failed: {out['error']}")
 
+
+    def _clients(self, ctx: Context, query: Query, method: str) -> None:
+        """Seed 001 section 1: `client_queries` queries one after another, each on a client created,
+        used and closed for it, or all on one shared client (the first filters of the query's seeded
+        stream, the same for both)."""
+        p: VerifyMongoParams = ctx.params
+        uri = ctx.servers.mongodb_uri
+        variant = variant_id(method, queries=p.client_queries)
+        out: dict[str, Any] = {}
+
+        async def main() -> None:
+            filters = query.filters(int(p.body().get("seed", 1)), 0)
+            error = ""
+            with ctx.window(variant, mode=method, loop="asyncio", driver="pymongo", pool_size=0, workers=1,
+                            semaphore=False, duration_s=0.0) as w:
+                try:
+                    if method == "shared_client":
+                        async with async_client(uri) as client:
+                            for _ in range(p.client_queries):
+                                await query.run_async(client[query.database][query.collection], filters())
+                    else:
+                        for _ in range(p.client_queries):
+                            async with async_client(uri) as client:
+                                await query.run_async(client[query.database][query.collection], filters())
+                except Exception as e:  # recorded: the check says what failed
+                    error = error_text(e)
+                w.ops = 0 if error else p.client_queries
+            out.update(wall_s=w.wall_s, error=error)
+
+        run_async(main)
+        ctx.record("clients", [{"variant": variant, "method": method, "queries": p.client_queries,
+                                "wall_s": out["wall_s"], "ok": not out["error"], "error": out["error"]}])
+        if out["error"]:
+            raise HarnessError(f"{variant}: the client check failed: {out['error']}")
 
     def _write(self, ctx: Context, body: dict[str, Any], method: str) -> None:
         """Seed 001's bulk-write check, only with allow_writes: `write_documents` copies of the
