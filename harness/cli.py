@@ -204,10 +204,10 @@ def verify_cmd(workload, confirm_hosts, repeat, data_dir, no_report) -> None:
     from . import report as report_mod
     from . import verify
 
-    w, _ = verify.prepare(workload, tuple(confirm_hosts), data_dir)   # every input error before the progress bar
+    w, overrides = verify.prepare(workload, tuple(confirm_hosts), data_dir)   # every input error first
     progress = _Progress(total=repeat or w.load.repeats)
     try:
-        path = verify.run(workload, tuple(confirm_hosts), data_dir=data_dir, repeat=repeat, on_event=progress)
+        path = verify.execute(w, overrides, data_dir=data_dir, repeat=repeat, on_event=progress)
     finally:
         progress.close()
     run_ = store.Run(path)

@@ -39,7 +39,7 @@ from .datasets import CUSTOMERS
 from .measure import TreeCPU, Window, error_text, machine_busy_s
 from .redact import redact
 from .servers import FERRETDB_PG_DB, STUDY_DB, ServerStack
-from .workload_file import fill
+from .workload_file import draw, fill
 
 LOOPS = ("asyncio", "uvloop")
 DRIVERS = ("pymongo", "motor")
@@ -156,11 +156,7 @@ class Query:
             return lambda: {"customer": customer()}
         rng, template, params = random.Random(f"{seed}:{worker}"), self.filter, self.params
 
-        def draw() -> dict[str, Any]:
-            values = {n: (rng.randint(*g["int"]) if "int" in g else rng.choice(g["choice"]))
-                      for n, g in sorted(params.items())}
-            return fill(template, values)
-        return draw
+        return lambda: fill(template, draw(params, rng))
 
     def _options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {}

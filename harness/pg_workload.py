@@ -143,12 +143,6 @@ async def request_asyncpg(pool, i: int, slow_s: float) -> tuple[float, float, An
     return t_acq, t_rel, conn
 
 
-def draw(params: dict, rng: random.Random) -> dict[str, Any]:
-    """One request's parameter values from the workload's generators (seeded per client)."""
-    return {name: (rng.randint(*g["int"]) if "int" in g else rng.choice(g["choice"]))
-            for name, g in sorted(params.items())}
-
-
 def program_sync(statements: tuple[dict, ...], pool, values: dict, _slow_s: float) -> tuple[float, float, Any]:
     with pool.connection() as c:
         t_acq = time.perf_counter()
@@ -251,6 +245,8 @@ def _rng(spec: VariantSpec, task: int) -> random.Random:
 def _next_argument(spec: VariantSpec, rng: random.Random) -> Callable[[], Any]:
     """What each request gets: the seed's row id `i`, or the user's drawn parameters."""
     if spec.statements:
+        from .workload_file import draw  # here, not at the top: the seed's children need no pydantic
+
         params = spec.params or {}
         return lambda: draw(params, rng)
     hi = spec.rows - 1

@@ -85,6 +85,12 @@ def run(path: str | Path, confirmed_hosts: tuple[str, ...] = (), *, data_dir: Pa
         repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None) -> Path:
     """Check, run and store the workload; returns the run's directory (`report.build` makes its page)."""
     w, overrides = prepare(path, confirmed_hosts, data_dir)
+    return execute(w, overrides, data_dir=data_dir, repeat=repeat, on_event=on_event)
+
+
+def execute(w: workload_file.Workload, overrides: dict[str, Any], *, data_dir: Path | None = None,
+            repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None) -> Path:
+    """Run a workload `prepare()` has checked."""
     with _target(w):
         return study.run([w.experiment], "full", repeat or w.load.repeats, overrides, data_dir, on_event=on_event)
 

@@ -200,6 +200,11 @@ def load(path: str | Path) -> Workload:
     return parse(data, str(p))
 
 
+def body_json(path: str | Path) -> str:
+    """A workload file's body as the verify experiments store it (sorted JSON, no target)."""
+    return json.dumps(load(path).body(), sort_keys=True)
+
+
 def from_json(text: str, source: str = "parameter workload") -> dict[str, Any]:
     """The body stored in a verify experiment's parameters, checked again (it may come from `--set`)."""
     try:
@@ -265,6 +270,13 @@ def mongo_placeholders(value: Any) -> list[str]:
     if isinstance(value, list):
         return [n for v in value for n in mongo_placeholders(v)]
     return []
+
+
+def draw(params: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """One operation's parameter values from resolved generators ({"int": [lo, hi]} or
+    {"choice": [...]}), drawn from `rng` (a seeded random.Random) in a fixed order."""
+    return {name: (rng.randint(*g["int"]) if "int" in g else rng.choice(g["choice"]))
+            for name, g in sorted(params.items())}
 
 
 def fill(template: Any, values: dict[str, Any]) -> Any:

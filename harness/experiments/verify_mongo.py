@@ -62,10 +62,6 @@ EXAMPLE = REPO_ROOT / "examples" / "workloads" / "mongodb_orders.toml"
 SCRATCH_PREFIX = "harness_verify_scratch_"   # the only collections a verify run writes, each dropped after
 
 
-def example_body(path=EXAMPLE) -> str:
-    return json.dumps(workload_file.load(path).body(), sort_keys=True)
-
-
 @dataclass(frozen=True)
 class VerifyMongoParams(Params):
     workload: str = ""                     # the workload file's body as JSON; "" = EXAMPLE
@@ -81,7 +77,7 @@ class VerifyMongoParams(Params):
 
     def __post_init__(self) -> None:
         if not self.workload:
-            object.__setattr__(self, "workload", example_body())
+            object.__setattr__(self, "workload", workload_file.body_json(EXAMPLE))
 
     def validate(self) -> None:
         super().validate()

@@ -41,10 +41,6 @@ CHILD_OVERHEAD_S = 60.0
 REGIME = "workload"
 
 
-def example_body(path=EXAMPLE) -> str:
-    return json.dumps(workload_file.load(path).body(), sort_keys=True)
-
-
 @dataclass(frozen=True)
 class VerifyPostgresParams(Params):
     workload: str = ""                     # the workload file's body as JSON; "" = EXAMPLE
@@ -58,7 +54,7 @@ class VerifyPostgresParams(Params):
 
     def __post_init__(self) -> None:
         if not self.workload:               # the manifest holds the body actually run
-            object.__setattr__(self, "workload", example_body())
+            object.__setattr__(self, "workload", workload_file.body_json(EXAMPLE))
 
     def validate(self) -> None:
         super().validate()
