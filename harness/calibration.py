@@ -127,9 +127,10 @@ def _series(runs: list[dict[str, float]], unit: str, **extra: Any) -> dict[str, 
 
 
 def measure(stack=None, repeats: int = REPEATS, cpu_seconds: float = CPU_SECONDS,
-            pgbench_warmup: bool = True) -> dict[str, Any]:
-    """Both ceilings (pgbench only when the stack has a PostgreSQL server and pgbench is installed;
-    otherwise its entry says why). Never raises for a missing ceiling: the run goes on without it.
+            pgbench_warmup: bool = True, pgbench: bool = True) -> dict[str, Any]:
+    """Both ceilings (pgbench only when asked, the stack has a PostgreSQL server and pgbench is
+    installed; otherwise its entry says why). Never raises for a missing ceiling: the run goes on
+    without it. pgbench=False where the server may be a user's: pgbench's table is a write.
     The smoke profile asks for less (one short repeat, no pgbench warm-up): its ceilings only show
     that the path works, and tests start many smoke runs."""
     out: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -139,7 +140,10 @@ def measure(stack=None, repeats: int = REPEATS, cpu_seconds: float = CPU_SECONDS
     out["python_cpu"] = _series(runs, "loops/s", workload=f"harness.calibration._loop, ~{cpu_seconds:g} s per repeat")
     dsn = getattr(getattr(stack, "postgres", None), "uri", None) if stack is not None else None
     binary = shutil.which("pgbench")
-    if not dsn:
+    if not pgbench:
+        out["pgbench"] = {"error": "not measured: the server may be a user's (harness verify), and "
+                                   "pgbench's table would be a write to it"}
+    elif not dsn:
         out["pgbench"] = {"error": "no PostgreSQL server in this stack"}
     elif not binary:
         out["pgbench"] = {"error": "pgbench not found on PATH"}

@@ -159,16 +159,18 @@ def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict |
         yield route.stack, route.record
 
 
-def _calibrate(stack: ServerStack, profile: str) -> dict[str, Any]:
-    """In-run ceilings (`harness.calibration`, contract C3); smoke takes one short repeat, not three."""
+def _calibrate(stack: ServerStack, profile: str, pgbench: bool) -> dict[str, Any]:
+    """In-run ceilings (`harness.calibration`, contract C3); smoke takes one short repeat, not three;
+    no pgbench on servers the run may only read (`run(read_only_servers=True)`)."""
     t0 = time.perf_counter()
     try:
         from . import calibration
 
         if profile == "smoke":
-            out = dict(calibration.measure(stack, repeats=1, cpu_seconds=0.25, pgbench_warmup=False))
+            out = dict(calibration.measure(stack, repeats=1, cpu_seconds=0.25, pgbench_warmup=False,
+                                           pgbench=pgbench))
         else:
-            out = dict(calibration.measure(stack))
+            out = dict(calibration.measure(stack, pgbench=pgbench))
     except Exception as e:  # recorded, not fatal: the experiments' own figures stand without it
         out = {"error": error_text(e, 2000)}
     out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -177,12 +179,15 @@ def _calibrate(stack: ServerStack, profile: str) -> dict[str, Any]:
 
 def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         overrides: dict[str, Any] | None = None, data_dir: Path | None = None,
-        on_event: Emit | None = None, python: str | None = None, placement: str = "shared") -> Path:
+        on_event: Emit | None = None, python: str | None = None, placement: str = "shared",
+        read_only_servers: bool = False) -> Path:
     """Run the named experiments; returns the run's directory. Raises HarnessError on bad input,
     on an unusable data directory (before any server starts) and when the run cannot be written.
 
     `python`: the interpreter (version or path) the workers and client processes run on, in its own
-    venv (`harness.interpreters`); `placement`: shared | split (`harness.placement`)."""
+    venv (`harness.interpreters`); `placement`: shared | split (`harness.placement`);
+    `read_only_servers`: the servers may be a user's (harness verify), so the run does nothing to
+    them beyond its experiments' own reads (no pgbench ceiling: its table is a write)."""
     from . import interpreters
     from . import placement as placement_mod
 
@@ -200,6 +205,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     if any(getattr(p.params, "via_proxy", False) for p in planned):
         needs += (servers.PROXY,)   # one Toxiproxy for the run, not one per repeat
     order = schedule(planned)
+    pgbench = not read_only_servers
     writer = RunWriter(data_dir, new_run_id(profile), {
         "profile": profile, "repeat": repeat, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": sys.argv, "overrides": overrides or {},
@@ -225,13 +231,13 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
             writer.save()
             emit("servers", writer.manifest["servers"])
             emit("calibration", {"when": "before"})
-            writer.manifest["calibration"] = {"before": _calibrate(stack, profile)}
+            writer.manifest["calibration"] = {"before": _calibrate(stack, profile, pgbench)}
             with placement_mod.applied(stack, placement) as where:
                 writer.manifest["placement"] = where
                 _study(planned, order, stack, writer, emit,
                        python=venv.python if venv and venv.mode != "study" else None)
             emit("calibration", {"when": "after"})
-            writer.manifest["calibration"]["after"] = _calibrate(stack, profile)
+            writer.manifest["calibration"]["after"] = _calibrate(stack, profile, pgbench)
             _keep_server_logs(stack, writer.path / "servers")
         writer.manifest["wall_s"] = round(time.perf_counter() - t_run, 2)
         _summarise(writer)

@@ -92,7 +92,8 @@ def execute(w: workload_file.Workload, overrides: dict[str, Any], *, data_dir: P
             repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None) -> Path:
     """Run a workload `prepare()` has checked."""
     with _target(w):
-        return study.run([w.experiment], "full", repeat or w.load.repeats, overrides, data_dir, on_event=on_event)
+        return study.run([w.experiment], "full", repeat or w.load.repeats, overrides, data_dir, on_event=on_event,
+                         read_only_servers=True)
 
 
 def verdict_lines(run_: store.Run) -> list[str]:

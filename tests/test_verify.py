@@ -283,8 +283,16 @@ def namespaced_server(stack, tmp_path):
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, tmp_path):
+def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack, tmp_path):
+    """... and the run does nothing to that server but the workload's reads: no pgbench ceiling,
+    whose table would be a write (the table is dropped first, so its absence after is the run's)."""
+    import psycopg
+
+    from harness import calibration
+
     dsn, host = namespaced_server
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {calibration.TABLE}")
     assert not workload_file.is_loopback(host)
     path = write(tmp_path, f'target = "{dsn}"\n[postgres]\nrequest = ["SELECT owner FROM acct WHERE id = :id"]\n'
                            'params.id = { int = [1, 1000] }\n[load]\nclients = 2\npools = [2]\n'
@@ -302,6 +310,9 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, tmp_p
     run = store.open_run("latest", data)
     assert run.experiments["verify_postgres"]["status"] == "ok"
     assert host in run.manifest["servers"]["postgres"]["uri"]
+    assert "not measured" in run.manifest["calibration"]["before"]["pgbench"]["error"]
+    with psycopg.connect(stack.postgres_dsn) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (calibration.TABLE,)).fetchone() == (None,)
 
 
 def test_the_write_check_runs_only_in_a_scratch_collection_it_drops(tmp_path, stack_env, stack):

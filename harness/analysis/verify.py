@@ -119,8 +119,19 @@ def above(values: Sequence[float], limit: float, dirty: str = "") -> tuple[str, 
     return _judge(values, limit, "above", dirty)
 
 
+def paired_interval(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
+    """Interval of a / b from figures paired by repeat (the repeats both have)."""
+    r = stats.paired_ratio(a, b, confidence=CONFIDENCE)
+    return {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+
+
 def _judge(values: Sequence[float], limit: float, side: str, dirty: str) -> tuple[str, dict[str, Any], str]:
-    iv = interval(values)
+    return judge_interval(interval(values), limit, side, dirty)
+
+
+def judge_interval(iv: dict[str, Any], limit: float, side: str, dirty: str = "") -> tuple[str, dict[str, Any], str]:
+    """Verdict of "the figure is `side` (below / above) `limit`" from its interval: pass when the
+    whole interval is on that side, fail when it is all on the other, else inconclusive."""
     why = _unusable(iv["n"], iv["ci_low"], iv["ci_high"], dirty)
     if why:
         return "inconclusive", iv, why
@@ -342,22 +353,15 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
         threads = t[t["mode"] == "threads"]
         if len(bare) and len(threads):
             first = bare[bare["pool_size"] == bare["pool_size"].min()]
-            r = stats.paired_ratio(first.set_index("repeat")["cpu_us_per_query"].to_dict(),
-                                   threads.set_index("repeat")["cpu_us_per_query"].to_dict(), confidence=CONFIDENCE)
-            tail = stats.paired_ratio(first.set_index("repeat")["p99_ms"].to_dict(),
-                                      threads.set_index("repeat")["p99_ms"].to_dict(), confidence=CONFIDENCE)
-            iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+            iv = paired_interval(first.set_index("repeat")["cpu_us_per_query"].to_dict(),
+                                 threads.set_index("repeat")["cpu_us_per_query"].to_dict())
+            tail = paired_interval(first.set_index("repeat")["p99_ms"].to_dict(),
+                                   threads.set_index("repeat")["p99_ms"].to_dict())
             dirty = _dirty(pd.concat([first, threads]), "errors", "other_cpu_pct")
-            why = _unusable(r["n"], r["ci_low"], r["ci_high"], dirty)
-            tail_text = f"p99 async/threads {_f(tail['ratio'])} {_bounds(tail)}"
-            if why:
-                verdict, reason = "inconclusive", why
-            elif r["ci_high"] < 1:
-                verdict, reason = "pass", "the async client's CPU per query is lower (interval below 1)"
-            elif r["ci_low"] > 1:
-                verdict, reason = "fail", "the async client's CPU per query is higher (interval above 1)"
-            else:
-                verdict, reason = "inconclusive", "the interval straddles 1: no measured difference"
+            verdict, iv, reason = judge_interval(iv, 1.0, "below", dirty)
+            if verdict != "inconclusive":
+                reason += f": the async client's CPU per query is {'lower' if verdict == 'pass' else 'higher'}"
+            tail_text = f"p99 async/threads {_f(tail['estimate'])} {_bounds(tail)}"
             advice = {"pass": f"Migrating saves CPU per query on this query; {tail_text}.",
                       "fail": f"Migrating costs CPU per query on this query; {tail_text}. Keep the threads.",
                       "inconclusive": f"No clear CPU benefit; {tail_text}."}[verdict]
@@ -402,18 +406,12 @@ def _ratio_row(run: Run, table: str, count: str, slow: str, fast: str, check: st
     if t.empty:
         return []
     t = t.assign(us_per=1e6 * t["wall_s"] / t[count])
-    r = stats.paired_ratio(t[t["method"] == slow].set_index("repeat")["us_per"].to_dict(),
-                           t[t["method"] == fast].set_index("repeat")["us_per"].to_dict(), confidence=CONFIDENCE)
-    iv = {"estimate": r["ratio"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
-    why = _unusable(r["n"], r["ci_low"], r["ci_high"], "" if t["ok"].all() else f"the {table} check failed in a repeat")
-    if why:
-        verdict, reason = "inconclusive", why
-    elif r["ci_low"] > 1:
-        verdict, reason = "pass", f"the 90% interval lies above 1: {what} faster on this server"
-    elif r["ci_high"] < 1:
-        verdict, reason = "fail", f"the 90% interval lies below 1: {what} slower on this server"
-    else:
-        verdict, reason = "inconclusive", "the 90% interval straddles 1"
+    iv = paired_interval(t[t["method"] == slow].set_index("repeat")["us_per"].to_dict(),
+                         t[t["method"] == fast].set_index("repeat")["us_per"].to_dict())
+    verdict, iv, reason = judge_interval(iv, 1.0, "above",
+                                         "" if t["ok"].all() else f"the {table} check failed in a repeat")
+    if verdict != "inconclusive":
+        reason += f": {what} {'faster' if verdict == 'pass' else 'slower'} on this server"
     subject = f"{int(t[count].iloc[0])} {count}" + (", scratch collection" if table == "writes" else "")
     return [_row(check, subject, verdict, figure, "ratio", iv, "> 1", reason, advice[verdict])]
 

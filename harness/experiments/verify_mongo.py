@@ -215,8 +215,7 @@ class VerifyMongo(Experiment):
                 col = client[database][collection]
                 kwargs = {"batch_size": batch} if batch else {}
                 n, error = 0, ""
-                with ctx.window(variant, mode="large_read", loop="asyncio", driver="pymongo", pool_size=0,
-                                workers=1, semaphore=False, duration_s=0.0, batch_size=batch) as w:
+                with _serial_window(ctx, variant, "large_read", batch_size=batch) as w:
                     async with LoopProbe(interval_s=p.probe_interval_s, t0=w.t0) as probe:
                         try:
                             async for _doc in col.find(large.get("filter") or {}, **kwargs):
@@ -229,10 +228,9 @@ class VerifyMongo(Experiment):
         run_async(main)
         if out["probe"]:   # none when the read ended before the probe's first wake-up was due
             ctx.record("probe", out["probe"])
-        ctx.record("reads", [{"variant": variant, "batch_size": batch, "documents": out["n"], "wall_s": out["wall_s"],
-                              "ok": not out["error"], "error": out["error"]}])
-        if out["error"]:
-            raise HarnessError(f"{variant}: the large read failed: {out['error']}")
+        _record_or_raise(ctx, "reads", "the large read", {"variant": variant, "batch_size": batch,
+                                                          "documents": out["n"], "wall_s": out["wall_s"],
+                                                          "error": out["error"]})
 
 
     def _clients(self, ctx: Context, query: Query, method: str) -> None:
@@ -247,8 +245,7 @@ class VerifyMongo(Experiment):
         async def main() -> None:
             filters = query.filters(int(p.body().get("seed", 1)), 0)
             error = ""
-            with ctx.window(variant, mode=method, loop="asyncio", driver="pymongo", pool_size=0, workers=1,
-                            semaphore=False, duration_s=0.0) as w:
+            with _serial_window(ctx, variant, method) as w:
                 try:
                     if method == "shared_client":
                         async with async_client(uri) as client:
@@ -264,10 +261,9 @@ class VerifyMongo(Experiment):
             out.update(wall_s=w.wall_s, error=error)
 
         run_async(main)
-        ctx.record("clients", [{"variant": variant, "method": method, "queries": p.client_queries,
-                                "wall_s": out["wall_s"], "ok": not out["error"], "error": out["error"]}])
-        if out["error"]:
-            raise HarnessError(f"{variant}: the client check failed: {out['error']}")
+        _record_or_raise(ctx, "clients", "the client check", {"variant": variant, "method": method,
+                                                               "queries": p.client_queries, "wall_s": out["wall_s"],
+                                                               "error": out["error"]})
 
     def _write(self, ctx: Context, body: dict[str, Any], method: str) -> None:
         """Seed 001's bulk-write check, only with allow_writes: `write_documents` copies of the
@@ -289,8 +285,7 @@ class VerifyMongo(Experiment):
                 error = ""
                 w = None
                 try:
-                    with ctx.window(variant, mode=method, loop="asyncio", driver="pymongo", pool_size=0, workers=1,
-                                    semaphore=False, duration_s=0.0) as w:
+                    with _serial_window(ctx, variant, method) as w:
                         try:
                             if method == "insert_one":
                                 for d in docs:
@@ -306,11 +301,24 @@ class VerifyMongo(Experiment):
                     out.update(wall_s=w.wall_s, error=error)
 
         run_async(main)
-        ctx.record("writes", [{"variant": variant, "method": method, "documents": p.write_documents,
-                               "wall_s": out["wall_s"], "ok": not out["error"], "error": out["error"],
-                               "scratch": scratch}])
-        if out["error"]:
-            raise HarnessError(f"{variant}: the write check failed: {out['error']}")
+        _record_or_raise(ctx, "writes", "the write check", {"variant": variant, "method": method,
+                                                             "documents": p.write_documents, "wall_s": out["wall_s"],
+                                                             "error": out["error"], "scratch": scratch})
+
+
+def _serial_window(ctx: Context, variant: str, mode: str, **extra: Any):
+    """The window of a serial check (one task, no pool of its own), with the columns the
+    closed-loop windows have, so every window of the experiment shares one schema."""
+    return ctx.window(variant, mode=mode, loop="asyncio", driver="pymongo", pool_size=0, workers=1,
+                      semaphore=False, duration_s=0.0, **extra)
+
+
+def _record_or_raise(ctx: Context, table: str, what: str, row: dict[str, Any]) -> None:
+    """Record a serial check's one row (its error too, so the verdict can say what failed), then
+    fail the variant if the check did."""
+    ctx.record(table, [{**row, "ok": not row["error"]}])
+    if row["error"]:
+        raise HarnessError(f"{row['variant']}: {what} failed: {row['error']}")
 
 
 EXPERIMENT = VerifyMongo()
