@@ -9,10 +9,12 @@ in place and its citation stays valid.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +77,21 @@ def save_figure(fig, name: str, run: Run, *, notebook: str, experiments: Iterabl
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     manifest_path = figures_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    manifest.setdefault("format_version", 1)
-    manifest.setdefault("figures", {})[name] = entry
-    write_json_atomic(manifest_path, manifest)
+    with _locked(figures_dir):   # the report runs notebooks side by side, each adding its figures
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        manifest.setdefault("format_version", 1)
+        manifest.setdefault("figures", {})[name] = entry
+        write_json_atomic(manifest_path, manifest)
     return written
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on `directory` across processes (flock on the directory itself, so no
+    lock file is left beside the figures)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock

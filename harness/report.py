@@ -1,8 +1,8 @@
 """Notebooks executed with papermill against a run, exported to one HTML report (issue 6).
 
 `build(run)` executes the notebooks in `notebooks/` that fit the run (`notebooks_for`: the study's,
-and `06_workload.ipynb` for a run of `harness verify`), sorted by name, with papermill,
-in `notebooks/` as working directory, with the parameters every notebook declares:
+and `06_workload.ipynb` for a run of `harness verify`) with papermill, two at a time, each in its
+own kernel, in `notebooks/` as working directory, with the parameters every notebook declares:
 
     run_dir        the run's absolute path
     figures_dir    where figures and figures/manifest.json go (see `figures_dir()`)
@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ FIGURES_DIR = REPO_ROOT / "figures"           # committed figures: tests point S
 FIGURES_ENV = "STUDY_FIGURES_DIR"
 FIGURE_FORMATS = "png,svg,pdf"
 KERNEL_NAME = "python3"
+REPORT_WORKERS = 2                             # notebooks executed at once (capped by the cores)
 CELL_TIMEOUT_S = 900                           # one cell; the notebooks only read and plot
 # Cells hidden from the HTML even with keep_code (the parameters are listed in the report header).
 REMOVE_CELL_TAGS = {"parameters", "injected-parameters", "remove_cell"}
@@ -205,16 +207,21 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     report_dir = run.path / "report"
     executed_dir = report_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
-    executed: list[tuple[Path, Path, Failure | None]] = []
-    bar = tqdm(notebooks_for(run, notebooks_dir), unit="notebook", desc="report", file=sys.stderr)
-    for nb in bar:
-        bar.set_description(f"report {nb.stem}")
-        out = executed_dir / nb.name
-        failure = execute(nb, out, run, figs, formats)
-        if failure:
-            bar.write(f"  FAILED {failure}")
-        executed.append((nb, out, failure))
-    bar.close()
+    chosen = notebooks_for(run, notebooks_dir)
+    failures_by_name: dict[str, Failure | None] = {}
+    # Side by side, one kernel per core: the notebooks only read the run (figures.save_figure locks
+    # the figures' manifest), and the report is built after every measurement, never during one.
+    with tqdm(total=len(chosen), unit="notebook", desc="report", file=sys.stderr) as bar, \
+            ThreadPoolExecutor(max_workers=max(1, min(REPORT_WORKERS, os.cpu_count() or 1))) as pool:
+        futures = {pool.submit(execute, nb, executed_dir / nb.name, run, figs, formats): nb for nb in chosen}
+        for done in as_completed(futures):
+            nb, failure = futures[done], done.result()
+            failures_by_name[nb.name] = failure
+            bar.set_description(f"report {nb.stem}")
+            if failure:
+                bar.write(f"  FAILED {failure}")
+            bar.update(1)
+    executed = [(nb, executed_dir / nb.name, failures_by_name[nb.name]) for nb in chosen]
     index = export_html(combine(run, executed, figs, formats, keep_code, report_dir),
                         report_dir / "index.html", keep_code=keep_code)
     failures = [f for _, _, f in executed if f]
