@@ -184,7 +184,8 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
         TagRemovePreprocessor(remove_cell_tags=REMOVE_CELL_TAGS, remove_input_tags=REMOVE_INPUT_TAGS,
                               enabled=True), enabled=True)
     body, _ = exporter.from_notebook_node(
-        nb, resources={"metadata": {"name": "Async database access in Python: study report"}})
+        _without_data_only_outputs(nb),
+        resources={"metadata": {"name": "Async database access in Python: study report"}})
     # require.js and MathJax come from a CDN by default; the report uses neither, and it must open
     # offline, exactly as archived.
     body = _EXTERNAL_SCRIPT.sub("", body)
@@ -193,6 +194,18 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
     tmp.write_text(body, encoding="utf-8")
     os.replace(tmp, destination)
     return destination
+
+
+def _without_data_only_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of `nb` without the outputs that carry only vendor data (`application/vnd.*`, such as
+    the tables `notebook.show()` keeps for the tests): HTML cannot show them, and nbconvert warns
+    for each. The executed notebooks keep them."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.get("outputs", [])
+                            if not (o.get("data") and all(k.startswith("application/vnd.") for k in o["data"]))]
+    return nb
 
 
 def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = None,

@@ -243,3 +243,22 @@ def test_a_failing_notebook_is_reported_and_the_others_still_run(smoke_run, tmp_
     assert "after ran" in after.cells[-1].outputs[0]["text"]
     html = (run_dir / "report" / "index.html").read_text()
     assert "01_broken.ipynb" in html and "deliberately broken" in html
+
+
+def test_tables_kept_for_the_tests_stay_out_of_the_html_without_a_warning(tmp_path):
+    """`notebook.show()` keeps each table as vendor JSON in the executed notebook (read by the
+    tests); the HTML cannot show it, so the export drops it instead of warning once per table."""
+    import warnings
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("show(t)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<p>the table</p>"}),
+                    nbformat.v4.new_output("display_data", data={notebook.TABLE_MIME: {"key": "t", "table": {}}})]
+    nb.cells.append(cell)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = report.export_html(nb, tmp_path / "index.html")
+    assert not [w for w in caught if "not able to be represented" in str(w.message)], [str(w.message) for w in caught]
+    body = out.read_text()
+    assert "the table" in body and notebook.TABLE_MIME not in body
+    assert len(nb.cells[0].outputs) == 2   # the executed notebook (the caller's) keeps both
