@@ -196,6 +196,19 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
     return destination
 
 
+def _stop_kernels() -> None:
+    """Kill the notebooks' kernels (this process's ipykernel children): the threads executing them
+    then return at once, rather than finishing their notebooks before the process can exit."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "ipykernel" in " ".join(child.cmdline()):
+                child.kill()
+        except psutil.Error:
+            pass
+
+
 def _without_data_only_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """A copy of `nb` without the outputs that carry only vendor data (`application/vnd.*`, such as
     the tables `notebook.show()` keeps for the tests): HTML cannot show them, and nbconvert warns
@@ -227,13 +240,18 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     with tqdm(total=len(chosen), unit="notebook", desc="report", file=sys.stderr) as bar, \
             ThreadPoolExecutor(max_workers=max(1, min(REPORT_WORKERS, os.cpu_count() or 1))) as pool:
         futures = {pool.submit(execute, nb, executed_dir / nb.name, run, figs, formats): nb for nb in chosen}
-        for done in as_completed(futures):
-            nb, failure = futures[done], done.result()
-            failures_by_name[nb.name] = failure
-            bar.set_description(f"report {nb.stem}")
-            if failure:
-                bar.write(f"  FAILED {failure}")
-            bar.update(1)
+        try:
+            for done in as_completed(futures):
+                nb, failure = futures[done], done.result()
+                failures_by_name[nb.name] = failure
+                bar.set_description(f"report {nb.stem}")
+                if failure:
+                    bar.write(f"  FAILED {failure}")
+                bar.update(1)
+        except BaseException:   # Ctrl-C, SIGTERM: no further notebook, and the running ones end now
+            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_kernels()
+            raise
     executed = [(nb, executed_dir / nb.name, failures_by_name[nb.name]) for nb in chosen]
     index = export_html(combine(run, executed, figs, formats, keep_code, report_dir),
                         report_dir / "index.html", keep_code=keep_code)

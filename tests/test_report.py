@@ -262,3 +262,57 @@ def test_tables_kept_for_the_tests_stay_out_of_the_html_without_a_warning(tmp_pa
     body = out.read_text()
     assert "the table" in body and notebook.TABLE_MIME not in body
     assert len(nb.cells[0].outputs) == 2   # the executed notebook (the caller's) keeps both
+
+
+def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path):
+    """Ctrl-C while two notebooks run side by side: no queued notebook starts, the running kernels
+    are stopped, and the process ends within seconds instead of finishing its notebooks (each
+    sleeps 120 s here)."""
+    import signal
+    import sys
+    import time
+
+    import psutil
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    reference = next((REPO_ROOT / "data" / "reference").glob("*/manifest.json"))   # any run's manifest
+    shutil.copy(reference, run_dir / "manifest.json")
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    for k in range(4):
+        _notebook(nbs / f"0{k}_slow.ipynb", "import time\ntime.sleep(120)")
+    code = (f"from harness import report, store\n"
+            f"report.build(store.Run({str(run_dir)!r}), notebooks_dir={str(nbs)!r}, figures={str(tmp_path / 'f')!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        parent = psutil.Process(proc.pid)
+
+        def kernels() -> list[psutil.Process]:
+            found = []
+            for c in parent.children(recursive=True):
+                try:
+                    if "ipykernel" in " ".join(c.cmdline()):
+                        found.append(c)
+                except psutil.Error:
+                    pass
+            return found
+
+        deadline = time.monotonic() + 90
+        while len(kernels()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        running = kernels()
+        assert len(running) == 2, "two notebooks should run side by side"
+        time.sleep(2.0)   # both kernels busy in their cell
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        proc.wait(timeout=60)
+        assert time.monotonic() - started < 20, "the report went on after Ctrl-C"
+        assert not [k for k in running if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        executed = {p.name for p in (run_dir / "report" / "notebooks").glob("*.ipynb")}
+        assert not executed & {"02_slow.ipynb", "03_slow.ipynb"}, "a queued notebook started after Ctrl-C"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
