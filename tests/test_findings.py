@@ -195,3 +195,19 @@ def test_the_readme_findings_match_the_reference_run():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert findings.readme_block(readme) == block, \
         f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"
+
+
+def test_the_committed_figures_are_the_reference_runs():
+    """figures/ holds the citable figures: every one was saved from the reference run, and every
+    file its manifest names is there (a report of another run, built without STUDY_FIGURES_DIR,
+    overwrites them)."""
+    ref = findings.reference_summary(REPO_ROOT / "data")
+    if ref is None:
+        pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
+    figures = REPO_ROOT / "figures"
+    entries = json.loads((figures / "manifest.json").read_text())["figures"]
+    assert entries
+    not_reference = {name: e["run_id"] for name, e in entries.items() if e["run_id"] != ref.parent.name}
+    assert not not_reference, f"figures saved from another run than {ref.parent.name}: {not_reference}"
+    missing = [f for e in entries.values() for f in e["files"] if not (figures / f).is_file()]
+    assert not missing, missing
