@@ -309,13 +309,21 @@ def summarise_cmd(run_ref, data_dir) -> None:
 def promote_cmd(run_ref, data_dir) -> None:
     """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
     summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
-    from . import summary
+    from . import figures, summary
+    from . import report as report_mod
 
     for d in store.list_runs(data_dir, where=("reference",)):
         if not d["has_summary"]:   # the old reference keeps only its summary in history: write it first
             summary.write(Path(d["path"]))
+    run_id = store.open_run(run_ref, data_dir).id   # a path to it moves with it
     for line in store.promote(run_ref, data_dir):
         click.echo(line)
+    reference = store.open_run(run_id, data_dir)
+    if report_mod.is_repository_reference(reference):   # its report's figures become the citable ones
+        lines = figures.adopt(reference.path / report_mod.RUN_FIGURES, reference.path, report_mod.FIGURES_DIR)
+        for line in lines or [f"{reference.id} has no report figures yet: `harness report {reference.id}` "
+                              f"writes them to {report_mod.FIGURES_DIR}"]:
+            click.echo(line)
 
 
 @cli.command("runs")

@@ -5,7 +5,7 @@ Variables are read when asked for, not at import, so tests and the CLI can set t
 | variable | meaning | default |
 |---|---|---|
 | `STUDY_DATA_DIR` | where runs are stored (`<dir>/runs/<run-id>/`) | `<repo>/data` |
-| `STUDY_FIGURES_DIR` | where notebooks save citable figures | `<repo>/figures` |
+| `STUDY_FIGURES_DIR` | where a report saves its figures | reference: `<repo>/figures`; else `<run>/report/figures` |
 | `STUDY_STATE_DIR` | state of `harness servers up` | `<repo>/.harness` |
 | `STUDY_SERVER_SOURCE` | `auto`, `docker` or `local` | `auto` |
 | `STUDY_MONGODB_URI` | use this MongoDB-role server | start one |
@@ -37,8 +37,13 @@ def data_dir() -> Path:
     return Path(_env("STUDY_DATA_DIR") or REPO_ROOT / "data")
 
 
-def figures_dir() -> Path:
-    return Path(_env("STUDY_FIGURES_DIR") or REPO_ROOT / "figures")
+CITABLE_FIGURES = REPO_ROOT / "figures"   # the reference run's figures, committed and cited
+
+
+def figures_override() -> Path | None:
+    """$STUDY_FIGURES_DIR when set: every report's figures go there."""
+    raw = _env("STUDY_FIGURES_DIR")
+    return Path(raw) if raw else None
 
 
 def state_dir() -> Path:

@@ -95,3 +95,33 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)   # closing the descriptor releases the lock
+
+
+def adopt(source_dir: str | Path, run_path: Path, figures_dir: str | Path) -> list[str]:
+    """Make the figures a report saved in `source_dir` (`<run>/report/figures`) the citable set in
+    `figures_dir`: copy every file its manifest names, drop the files the old set named that the
+    new one lacks, and write a manifest whose entries point at `run_path` (the run's home after
+    `harness promote`). Returns one line per change; nothing when `source_dir` has no manifest."""
+    import shutil
+
+    source_dir, figures_dir = Path(source_dir), Path(figures_dir)
+    source = source_dir / "manifest.json"
+    if not source.is_file():
+        return []
+    new = json.loads(source.read_text())
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = figures_dir / "manifest.json"
+    with _locked(figures_dir):
+        old = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        keep = {f for e in new.get("figures", {}).values() for f in e["files"]}
+        gone = sorted({f for e in old.get("figures", {}).values() for f in e["files"]} - keep)
+        for name in gone:
+            (figures_dir / name).unlink(missing_ok=True)
+        for name in sorted(keep):
+            shutil.copy2(source_dir / name, figures_dir / name)
+        rel = os.path.relpath(Path(run_path).resolve(), figures_dir.resolve())
+        for entry in new.get("figures", {}).values():
+            entry["run_path"] = rel
+        write_json_atomic(manifest_path, new)
+    return ([f"{len(new.get('figures', {}))} figures ({len(keep)} files) -> {figures_dir}"]
+            + ([f"{len(gone)} files of the old set removed from {figures_dir}"] if gone else []))

@@ -37,8 +37,9 @@ from .measure import error_text
 from .store import Run
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-FIGURES_DIR = REPO_ROOT / "figures"           # committed figures: tests point STUDY_FIGURES_DIR elsewhere
+FIGURES_DIR = config.CITABLE_FIGURES          # the reference run's figures, committed
 FIGURES_ENV = "STUDY_FIGURES_DIR"
+RUN_FIGURES = Path("report") / "figures"       # any other run's figures, inside the run
 FIGURE_FORMATS = "png,svg,pdf"
 KERNEL_NAME = "python3"
 REPORT_WORKERS = 2                             # notebooks executed at once (capped by the cores)
@@ -66,10 +67,20 @@ class Failure:
         return f"{self.notebook}: {where}: {self.error}" + (f"  [code: {first}]" if first else "")
 
 
-def figures_dir(override: str | Path | None = None) -> Path:
-    """Where figures go: the argument, else $STUDY_FIGURES_DIR, else the repository's figures/."""
-    chosen = override or config.figures_dir()
+def figures_dir(override: str | Path | None = None, run: Run | None = None) -> Path:
+    """Where a report's figures go: the argument, else $STUDY_FIGURES_DIR, else the repository's
+    figures/ for the repository's reference run, else `<run>/report/figures/`. So a report of a
+    smoke or an old run never replaces the citable figures; `harness promote` copies a new
+    reference's figures into figures/ (`figures.adopt`)."""
+    chosen = override or config.figures_override()
+    if chosen is None:
+        chosen = FIGURES_DIR if run is None or is_repository_reference(run) else run.path / RUN_FIGURES
     return Path(chosen).expanduser().resolve()
+
+
+def is_repository_reference(run: Run) -> bool:
+    """Whether `run` is the reference run of the repository's own data/ (not of another data dir)."""
+    return run.path.resolve().parent == (REPO_ROOT / "data" / "reference").resolve()
 
 
 def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -229,7 +240,7 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     """
     from tqdm import tqdm
 
-    figs = figures_dir(figures)
+    figs = figures_dir(figures, run)
     report_dir = run.path / "report"
     executed_dir = report_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)

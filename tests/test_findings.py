@@ -75,6 +75,35 @@ def test_every_lesson_rests_on_measurement_rows_of_the_ledger():
         assert all(s.strip().endswith(".") for s in lesson.means.values()), lesson.id
 
 
+_FIGURE_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _agrees(shown: str, value: float) -> bool:
+    """`shown` (as typed, "2.32" or "1,734") is `value` rounded to the digits it shows."""
+    digits = len(shown.split(".")[1]) if "." in shown else 0
+    return float(shown.replace(",", "")) == round(value, digits)
+
+
+def test_each_lessons_seed_figure_agrees_with_the_ledgers_seed_value():
+    """The seed's figure is typed as prose beside the lesson; the ledger holds it as a number. The
+    ratio the prose shows (the number before "×", else any of its numbers) must be the ledger's seed
+    value of the lesson's first row, rounded as shown, so the two cannot drift apart."""
+    with LEDGER.open(newline="") as f:
+        ledger = {r["claim_id"]: r for r in csv.DictReader(f)}
+    problems = []
+    for lesson in findings.LESSONS:
+        raw = ledger[lesson.claims[0]]["seed_value"]
+        if not raw:   # a direction-only claim has no seed number, and its prose must say so
+            if _FIGURE_NUMBER.search(lesson.seed_figure):
+                problems.append(f"{lesson.id}: the ledger has no seed value, the prose shows a number")
+            continue
+        ratio = re.search(r"(\d[\d,]*(?:\.\d+)?)×", lesson.seed_figure)
+        shown = [ratio.group(1)] if ratio else _FIGURE_NUMBER.findall(lesson.seed_figure)
+        if not any(_agrees(s, float(raw)) for s in shown):
+            problems.append(f"{lesson.id}: {lesson.seed_figure!r} does not show {lesson.claims[0]}'s {raw}")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("verdict, cls", [("reproduced", "holds"), ("equivalent", "holds"),
                                           ("direction only", "holds"), ("not reproduced", "fails"),
                                           ("inconclusive", "open"), ("premise not met", "open"),

@@ -201,6 +201,47 @@ def test_promote_refuses_a_run_without_a_summary(tmp_path):
     assert (tmp_path / "runs" / new).is_dir() and not (tmp_path / "reference").exists()
 
 
+def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_the_run(tmp_path, monkeypatch):
+    """The citable figures/ are the reference run's: a report of a smoke or an old run writes its
+    figures inside that run, unless STUDY_FIGURES_DIR or an argument says otherwise."""
+    from harness import report
+
+    monkeypatch.delenv("STUDY_FIGURES_DIR", raising=False)
+    new = "20261202T000000Z-smoke-cccc"
+    run = store.open_run(_put(tmp_path, "runs", new, _manifest(new), _summary_v2(new), raw=True))
+    assert report.figures_dir(run=run) == (run.path / "report" / "figures").resolve()
+    assert report.figures_dir(tmp_path / "figs", run=run) == (tmp_path / "figs").resolve()
+    monkeypatch.setenv("STUDY_FIGURES_DIR", str(tmp_path / "env"))
+    assert report.figures_dir(run=run) == (tmp_path / "env").resolve()
+    monkeypatch.delenv("STUDY_FIGURES_DIR")
+    reference = store.open_run(REPO_ROOT / "data" / "reference" / os.listdir(REPO_ROOT / "data" / "reference")[0])
+    assert report.figures_dir(run=reference) == report.FIGURES_DIR.resolve()
+
+
+def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
+    """figures.adopt: the new set's files are copied, the old set's files it lacks are removed, files
+    the manifests never named stay, and every entry points at the run's new home."""
+    from harness import figures
+
+    source, dest, run_path = tmp_path / "run" / "report" / "figures", tmp_path / "figures", tmp_path / "run"
+    source.mkdir(parents=True)
+    dest.mkdir()
+    for name in ("a.png", "a.svg"):
+        (source / name).write_text(f"new {name}")
+    (source / "manifest.json").write_text(json.dumps(
+        {"format_version": 1, "figures": {"a": {"files": ["a.png", "a.svg"], "run_id": "new", "run_path": "../.."}}}))
+    (dest / "a.png").write_text("old a.png")
+    (dest / "b.png").write_text("old b.png")
+    (dest / "notes.txt").write_text("not a figure")
+    (dest / "manifest.json").write_text(json.dumps(
+        {"format_version": 1, "figures": {"a": {"files": ["a.png"]}, "b": {"files": ["b.png"]}}}))
+    lines = figures.adopt(source, run_path, dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["a.png", "a.svg", "manifest.json", "notes.txt"], lines
+    assert (dest / "a.png").read_text() == "new a.png"
+    entry = json.loads((dest / "manifest.json").read_text())["figures"]["a"]
+    assert entry["run_id"] == "new" and entry["run_path"] == "../run"
+    assert figures.adopt(tmp_path / "no-report", run_path, dest) == []
+
 # -- harness show -------------------------------------------------------------------------------------
 
 def test_show_prints_a_v1_run_from_its_summary_alone(tmp_path):

@@ -282,6 +282,23 @@ def _load_name(fraction: float) -> str:
     return f"load{round(100 * fraction)}"
 
 
+# A clean rate's latency figures: the openloop_table column each is read from, and its name.
+OPENLOOP_LATENCY_FIGURES = (("corrected_p50_ms", "p50_ms"), ("corrected_p95_ms", "p95_ms"),
+                            ("corrected_p99_ms", "p99_ms"))
+
+
+def openloop_figure_names(run: Run) -> list[str]:
+    """Every `fastapi_openloop` figure name `metrics` gives for a clean rate, for every rate of `run`,
+    clean or not: what the analysis computes, whatever one window's send lag was."""
+    t = openloop_table(run, OPENLOOP)
+    if t.empty:
+        return []
+    names = {f"{OPENLOOP}.{_load_name(r['rate_fraction'])}.{r['variant']}.{name}"
+             for _, r in t[~t["variant"].str.contains("[", regex=False)].iterrows()
+             for name in [n for _, n in OPENLOOP_LATENCY_FIGURES] + ["achieved_rps"]}
+    return sorted(names)
+
+
 def _put_openloop(m: MetricRows, run: Run) -> None:
     """fastapi_openloop: `<experiment>.load<pct>.<variant>.<metric>` per clean rate (p50_ms, p95_ms,
     p99_ms from the corrected latency; achieved_rps, lag_p99_ms, failure_rate), and
@@ -295,8 +312,7 @@ def _put_openloop(m: MetricRows, run: Run) -> None:
         m.put(OPENLOOP, v, "lag_p99_ms", "ms", r["repeat"], r["lag_p99_ms"], "lower")
         if not r["clean"]:
             continue  # kept raw (openloop_table shows why), never a figure
-        for q, name in (("corrected_p50_ms", "p50_ms"), ("corrected_p95_ms", "p95_ms"),
-                        ("corrected_p99_ms", "p99_ms")):
+        for q, name in OPENLOOP_LATENCY_FIGURES:
             m.put(OPENLOOP, v, name, "ms", r["repeat"], r[q], "lower")
         m.put(OPENLOOP, v, "achieved_rps", "req/s", r["repeat"], r["achieved_rps"], "higher")
     for _, r in run.table(OPENLOOP, "probe").iterrows():
