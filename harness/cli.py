@@ -164,8 +164,10 @@ def report(run_ref, keep_code, data_dir) -> None:
     """Execute the notebooks on RUN (default: latest) and export the HTML report into it."""
     from . import report as report_mod
 
-    out = report_mod.build(store.open_run(run_ref, data_dir), keep_code=keep_code)
+    run_ = store.open_run(run_ref, data_dir)
+    out = report_mod.build(run_, keep_code=keep_code)
     click.echo(f"report: {out}")
+    click.echo(f"figures: {report_mod.figures_dir(run=run_)}")
 
 
 @cli.command("study")
@@ -189,6 +191,8 @@ def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) ->
         _print_outcome_lines(run_)
         out = report_mod.build(run_, keep_code=keep_code)
         click.echo(f"report: {out}")
+        click.echo(f"figures: {report_mod.figures_dir(run=run_)} (`harness promote {run_.id}` makes them "
+                   "the committed figures/)")
 
 
 @cli.command("verify")
