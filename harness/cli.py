@@ -323,8 +323,8 @@ def promote_cmd(run_ref, data_dir) -> None:
     for line in store.promote(run_ref, data_dir):
         click.echo(line)
     reference = store.open_run(run_id, data_dir)
-    if report_mod.is_repository_reference(reference):   # its report's figures become the citable ones
-        lines = figures.adopt(reference.path / report_mod.RUN_FIGURES, reference.path, report_mod.FIGURES_DIR)
+    if figures.is_repository_reference(reference):   # its report's figures become the citable ones
+        lines = figures.adopt(reference.path / figures.RUN_FIGURES, reference.path, report_mod.FIGURES_DIR)
         for line in lines or [f"{reference.id} has no report figures yet: `harness report {reference.id}` "
                               f"writes them to {report_mod.FIGURES_DIR}"]:
             click.echo(line)

@@ -18,9 +18,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import config
 from .store import Run, write_json_atomic
 
 DEFAULT_FORMATS = ("png", "svg", "pdf")
+RUN_FIGURES = Path("report") / "figures"       # any run's figures but the reference's, inside the run
+
+
+def is_repository_reference(run: Run) -> bool:
+    """Whether `run` is the reference run of the repository's own data/ (not of another data dir)."""
+    return run.path.resolve().parent == (config.REPO_ROOT / "data" / "reference").resolve()
+
+
+def default_dir(run: Run) -> Path:
+    """Where `run`'s figures go when nobody says: $STUDY_FIGURES_DIR, else the committed figures/ for
+    the repository's reference run, else `<run>/report/figures/`. So a report or a notebook opened
+    on a smoke or an old run never replaces the citable figures; `harness promote` copies a new
+    reference's figures into figures/ (`adopt`)."""
+    chosen = config.figures_override()
+    if chosen is None:
+        chosen = config.CITABLE_FIGURES if is_repository_reference(run) else run.path / RUN_FIGURES
+    return Path(chosen).expanduser().resolve()
 
 
 def provenance(run: Run, roles: Iterable[str] = ("mongodb", "postgres")) -> str:
@@ -44,11 +62,12 @@ def parse_formats(formats: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def save_figure(fig, name: str, run: Run, *, notebook: str, experiments: Iterable[str],
-                figures_dir: str | Path, formats: str | Iterable[str] = DEFAULT_FORMATS,
+                figures_dir: str | Path | None, formats: str | Iterable[str] = DEFAULT_FORMATS,
                 parameters: dict[str, Any] | None = None, roles: Iterable[str] = ("mongodb", "postgres"),
                 stamp: bool = True) -> list[Path]:
-    """Save `fig` under a stable `name` and record its provenance. Returns the written paths."""
-    figures_dir = Path(figures_dir)
+    """Save `fig` under a stable `name` and record its provenance. Returns the written paths.
+    An empty `figures_dir` (a notebook's default) means `default_dir(run)`."""
+    figures_dir = Path(figures_dir) if figures_dir else default_dir(run)
     figures_dir.mkdir(parents=True, exist_ok=True)
     experiments = list(experiments)
     if stamp:

@@ -48,7 +48,7 @@ _told: set[str] = set()   # experiments `has()` has already explained
 class _Session:
     run: Run
     notebook: str
-    figures_dir: Path
+    figures_dir: Path | None       # None: figures.default_dir(run)
     formats: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
     roles: tuple[str, ...] = ("mongodb", "postgres")
@@ -57,14 +57,16 @@ class _Session:
 _session: _Session | None = None
 
 
-def open_run(run_dir: str | Path, *, notebook: str = "", figures_dir: str | Path = "../figures",
+def open_run(run_dir: str | Path, *, notebook: str = "", figures_dir: str | Path = "",
              figure_formats: str | Iterable[str] = figures.DEFAULT_FORMATS,
              roles: Sequence[str] = ("mongodb", "postgres"), **parameters: Any) -> Run:
-    """The run at `run_dir`; later `save()` calls write to `figures_dir` in `figure_formats`,
-    stamped with this run, `notebook` and the notebook's `parameters`."""
+    """The run at `run_dir`; later `save()` calls write to `figures_dir` (empty: `figures.default_dir`,
+    so figures/ only for the reference run) in `figure_formats`, stamped with this run, `notebook`
+    and the notebook's `parameters`."""
     global _session
     run = Run(Path(run_dir))
-    _session = _Session(run, notebook, Path(figures_dir), figures.parse_formats(figure_formats),
+    _session = _Session(run, notebook, Path(figures_dir) if figures_dir else None,
+                        figures.parse_formats(figure_formats),
                         {"run_dir": str(run_dir), **parameters}, tuple(roles))
     return run
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import config
+from . import config, figures
 from .config import REPO_ROOT
 from .errors import HarnessError
 from .measure import error_text
@@ -39,7 +39,6 @@ from .store import Run
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = config.CITABLE_FIGURES          # the reference run's figures, committed
 FIGURES_ENV = "STUDY_FIGURES_DIR"
-RUN_FIGURES = Path("report") / "figures"       # any other run's figures, inside the run
 FIGURE_FORMATS = "png,svg,pdf"
 KERNEL_NAME = "python3"
 REPORT_WORKERS = 2                             # notebooks executed at once (capped by the cores)
@@ -68,19 +67,10 @@ class Failure:
 
 
 def figures_dir(override: str | Path | None = None, run: Run | None = None) -> Path:
-    """Where a report's figures go: the argument, else $STUDY_FIGURES_DIR, else the repository's
-    figures/ for the repository's reference run, else `<run>/report/figures/`. So a report of a
-    smoke or an old run never replaces the citable figures; `harness promote` copies a new
-    reference's figures into figures/ (`figures.adopt`)."""
-    chosen = override or config.figures_override()
-    if chosen is None:
-        chosen = FIGURES_DIR if run is None or is_repository_reference(run) else run.path / RUN_FIGURES
-    return Path(chosen).expanduser().resolve()
-
-
-def is_repository_reference(run: Run) -> bool:
-    """Whether `run` is the reference run of the repository's own data/ (not of another data dir)."""
-    return run.path.resolve().parent == (REPO_ROOT / "data" / "reference").resolve()
+    """Where a report's figures go: the argument, else `figures.default_dir(run)`."""
+    if override:
+        return Path(override).expanduser().resolve()
+    return figures.default_dir(run) if run is not None else FIGURES_DIR.resolve()
 
 
 def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:

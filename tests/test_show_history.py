@@ -216,6 +216,17 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
     monkeypatch.delenv("STUDY_FIGURES_DIR")
     reference = store.open_run(REPO_ROOT / "data" / "reference" / os.listdir(REPO_ROOT / "data" / "reference")[0])
     assert report.figures_dir(run=reference) == report.FIGURES_DIR.resolve()
+    # a notebook opened by hand leaves figures_dir empty: save_figure decides by the run
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness import figures
+    fig = plt.figure()
+    written = figures.save_figure(fig, "probe", run, notebook="x.ipynb", experiments=[], figures_dir="",
+                                  formats="png")
+    plt.close(fig)
+    assert written == [run.path.resolve() / "report" / "figures" / "probe.png"] and written[0].is_file()
 
 
 def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
