@@ -119,8 +119,10 @@ def _locked(directory: Path) -> Iterator[None]:
 def adopt(source_dir: str | Path, run_path: Path, figures_dir: str | Path) -> list[str]:
     """Make the figures a report saved in `source_dir` (`<run>/report/figures`) the citable set in
     `figures_dir`: copy every file its manifest names, drop the files the old set named that the
-    new one lacks, and write a manifest whose entries point at `run_path` (the run's home after
-    `harness promote`). Returns one line per change; nothing when `source_dir` has no manifest."""
+    new one lacks, write a manifest whose entries point at `run_path` (the run's home after
+    `harness promote`), and only then remove `source_dir`, so the committed run does not hold the
+    same figures twice (its report embeds its own). Returns one line per change; nothing when
+    `source_dir` has no manifest."""
     import shutil
 
     source_dir, figures_dir = Path(source_dir), Path(figures_dir)
@@ -142,5 +144,6 @@ def adopt(source_dir: str | Path, run_path: Path, figures_dir: str | Path) -> li
         for entry in new.get("figures", {}).values():
             entry["run_path"] = rel
         write_json_atomic(manifest_path, new)
+    shutil.rmtree(source_dir)
     return ([f"{len(new.get('figures', {}))} figures ({len(keep)} files) -> {figures_dir}"]
             + ([f"{len(gone)} files of the old set removed from {figures_dir}"] if gone else []))

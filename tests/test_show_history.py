@@ -230,7 +230,7 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
 
 
 def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
-    """figures.adopt: the new set's files are copied, the old set's files it lacks are removed, files
+    """figures.adopt: the new set's files are moved, the old set's files it lacks are removed, files
     the manifests never named stay, and every entry points at the run's new home."""
     from harness import figures
 
@@ -251,6 +251,7 @@ def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
     assert (dest / "a.png").read_text() == "new a.png"
     entry = json.loads((dest / "manifest.json").read_text())["figures"]["a"]
     assert entry["run_id"] == "new" and entry["run_path"] == "../run"
+    assert not source.exists(), "the run keeps no second copy of the citable figures"
     assert figures.adopt(tmp_path / "no-report", run_path, dest) == []
 
 # -- harness show -------------------------------------------------------------------------------------
