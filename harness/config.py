@@ -13,7 +13,7 @@ Variables are read when asked for, not at import, so tests and the CLI can set t
 | `STUDY_PG_BINDIR` | directory of `initdb`/`postgres` | Debian's newest, or PATH |
 | `STUDY_FERRETDB_BIN` | FerretDB binary | `<repo>/.tools/bin/ferretdb`, or PATH |
 | `STUDY_TOXIPROXY_BIN` | Toxiproxy server binary | `<repo>/.tools/bin/toxiproxy-server`, or PATH |
-| `STUDY_FAULTS_JSON` | the fault suite's outcome table (tests/test_faults.py) | `<repo>/data/fault_suite.json` |
+| `STUDY_FAULTS_JSON` | where the fault suite writes its outcome table | `<repo>/.harness/fault_suite.json` |
 """
 
 from __future__ import annotations
@@ -74,5 +74,10 @@ def toxiproxy_bin() -> str | None:
     return _env("STUDY_TOXIPROXY_BIN")
 
 
+COMMITTED_FAULTS_JSON = REPO_ROOT / "data" / "fault_suite.json"   # published by scripts/fault-table
+
+
 def faults_json() -> Path:
-    return Path(_env("STUDY_FAULTS_JSON") or REPO_ROOT / "data" / "fault_suite.json")
+    """Where a test run writes the fault table: an ignored file, so a `commit -a` after the tests never
+    takes in a partial record; `scripts/fault-table` publishes it to COMMITTED_FAULTS_JSON."""
+    return Path(_env("STUDY_FAULTS_JSON") or REPO_ROOT / ".harness" / "fault_suite.json")

@@ -91,6 +91,16 @@ def fault(request):
     os.replace(tmp, FAULTS_JSON)
 
 
+def test_the_fault_table_is_written_where_git_ignores_it():
+    """A test run's table is a working file: `scripts/fault-table` publishes it, a `commit -a` never
+    takes it in (it did twice, half-written)."""
+    if config.faults_json() != config.REPO_ROOT / ".harness" / "fault_suite.json":
+        pytest.skip("STUDY_FAULTS_JSON points elsewhere")
+    out = subprocess.run(["git", "check-ignore", "-q", str(FAULTS_JSON)], cwd=REPO_ROOT, timeout=30)
+    assert out.returncode == 0, f"{FAULTS_JSON} is not ignored by git"
+    assert FAULTS_JSON != config.COMMITTED_FAULTS_JSON
+
+
 # ----------------------------------------------------------------------------------------------
 # Running the CLI and watching its processes.
 
