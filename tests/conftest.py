@@ -86,7 +86,9 @@ def started_run(data: Path, proc: subprocess.Popen, timeout: float = 60) -> Path
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         found = sorted((data / "runs").glob(f"{store.INCOMPLETE_PREFIX}*"))
-        if found and "servers" in json.loads((found[0] / "manifest.json").read_text()):
+        manifest = found[0] / "manifest.json" if found else None
+        # the directory comes first, its manifest (written atomically) a moment later
+        if manifest is not None and manifest.is_file() and "servers" in json.loads(manifest.read_text()):
             return found[0]
         time.sleep(0.05)
     return None
