@@ -167,7 +167,7 @@ def report(run_ref, keep_code, data_dir) -> None:
     run_ = store.open_run(run_ref, data_dir)
     out = report_mod.build(run_, keep_code=keep_code)
     click.echo(f"report: {out}")
-    click.echo(f"figures: {report_mod.figures_dir(run=run_)}")
+    click.echo(f"figures: {report_mod.figures_dir(run_)}")
 
 
 @cli.command("study")
@@ -191,7 +191,7 @@ def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) ->
         _print_outcome_lines(run_)
         out = report_mod.build(run_, keep_code=keep_code)
         click.echo(f"report: {out}")
-        click.echo(f"figures: {report_mod.figures_dir(run=run_)} (`harness promote {run_.id}` makes them "
+        click.echo(f"figures: {report_mod.figures_dir(run_)} (`harness promote {run_.id}` makes them "
                    "the committed figures/)")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -123,8 +124,6 @@ def adopt(source_dir: str | Path, run_path: Path, figures_dir: str | Path) -> li
     `harness promote`), and only then remove `source_dir`, so the committed run does not hold the
     same figures twice (its report embeds its own). Returns one line per change; nothing when
     `source_dir` has no manifest."""
-    import shutil
-
     source_dir, figures_dir = Path(source_dir), Path(figures_dir)
     source = source_dir / "manifest.json"
     if not source.is_file():

@@ -66,11 +66,9 @@ class Failure:
         return f"{self.notebook}: {where}: {self.error}" + (f"  [code: {first}]" if first else "")
 
 
-def figures_dir(override: str | Path | None = None, run: Run | None = None) -> Path:
-    """Where a report's figures go: the argument, else `figures.default_dir(run)`."""
-    if override:
-        return Path(override).expanduser().resolve()
-    return figures.default_dir(run) if run is not None else FIGURES_DIR.resolve()
+def figures_dir(run: Run, override: str | Path | None = None) -> Path:
+    """Where a report of `run` saves its figures: `override`, else `figures.default_dir(run)`."""
+    return Path(override).expanduser().resolve() if override else figures.default_dir(run)
 
 
 def notebooks(notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -230,7 +228,7 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     """
     from tqdm import tqdm
 
-    figs = figures_dir(figures, run)
+    figs = figures_dir(run, figures)
     report_dir = run.path / "report"
     executed_dir = report_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)

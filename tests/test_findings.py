@@ -97,7 +97,7 @@ def test_each_lessons_seed_figure_agrees_with_the_ledgers_seed_value():
             if _FIGURE_NUMBER.search(lesson.seed_figure):
                 problems.append(f"{lesson.id}: the ledger has no seed value, the prose shows a number")
             continue
-        ratio = re.search(r"(\d[\d,]*(?:\.\d+)?)×", lesson.seed_figure)
+        ratio = re.search(f"({_FIGURE_NUMBER.pattern})×", lesson.seed_figure)
         shown = [ratio.group(1)] if ratio else _FIGURE_NUMBER.findall(lesson.seed_figure)
         if not any(_agrees(s, float(raw)) for s in shown):
             problems.append(f"{lesson.id}: {lesson.seed_figure!r} does not show {lesson.claims[0]}'s {raw}")

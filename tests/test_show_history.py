@@ -209,13 +209,13 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
     monkeypatch.delenv("STUDY_FIGURES_DIR", raising=False)
     new = "20261202T000000Z-smoke-cccc"
     run = store.open_run(_put(tmp_path, "runs", new, _manifest(new), _summary_v2(new), raw=True))
-    assert report.figures_dir(run=run) == (run.path / "report" / "figures").resolve()
-    assert report.figures_dir(tmp_path / "figs", run=run) == (tmp_path / "figs").resolve()
+    assert report.figures_dir(run) == (run.path / "report" / "figures").resolve()
+    assert report.figures_dir(run, tmp_path / "figs") == (tmp_path / "figs").resolve()
     monkeypatch.setenv("STUDY_FIGURES_DIR", str(tmp_path / "env"))
-    assert report.figures_dir(run=run) == (tmp_path / "env").resolve()
+    assert report.figures_dir(run) == (tmp_path / "env").resolve()
     monkeypatch.delenv("STUDY_FIGURES_DIR")
     reference = store.open_run(REPO_ROOT / "data" / "reference" / os.listdir(REPO_ROOT / "data" / "reference")[0])
-    assert report.figures_dir(run=reference) == report.FIGURES_DIR.resolve()
+    assert report.figures_dir(reference) == report.FIGURES_DIR.resolve()
     # a notebook opened by hand leaves figures_dir empty: save_figure decides by the run
     import matplotlib
     matplotlib.use("Agg")

@@ -47,7 +47,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import BUSY, MetricRows, demand_pct, machine_limit
+from . import BUSY, MetricRows, demand_pct, machine_limit, metric_name
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
@@ -287,16 +287,20 @@ OPENLOOP_LATENCY_FIGURES = (("corrected_p50_ms", "p50_ms"), ("corrected_p95_ms",
                             ("corrected_p99_ms", "p99_ms"))
 
 
+def _openloop_rates(t: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """The measured rates of fastapi_openloop's `openloop_table` (the probe's rows left out), each
+    with its figures' variant prefix `load<pct>.<variant>`."""
+    if t.empty:
+        return []
+    return [(f"{_load_name(r['rate_fraction'])}.{r['variant']}", r)
+            for _, r in t[~t["variant"].str.contains("[", regex=False)].iterrows()]
+
+
 def openloop_figure_names(run: Run) -> list[str]:
     """Every `fastapi_openloop` figure name `metrics` gives for a clean rate, for every rate of `run`,
     clean or not: what the analysis computes, whatever one window's send lag was."""
-    t = openloop_table(run, OPENLOOP)
-    if t.empty:
-        return []
-    names = {f"{OPENLOOP}.{_load_name(r['rate_fraction'])}.{r['variant']}.{name}"
-             for _, r in t[~t["variant"].str.contains("[", regex=False)].iterrows()
-             for name in [n for _, n in OPENLOOP_LATENCY_FIGURES] + ["achieved_rps"]}
-    return sorted(names)
+    return sorted({metric_name(OPENLOOP, v, name) for v, _ in _openloop_rates(openloop_table(run, OPENLOOP))
+                   for name in [n for _, n in OPENLOOP_LATENCY_FIGURES] + ["achieved_rps"]})
 
 
 def _put_openloop(m: MetricRows, run: Run) -> None:
@@ -306,8 +310,7 @@ def _put_openloop(m: MetricRows, run: Run) -> None:
     t = openloop_table(run, OPENLOOP)
     if t.empty:
         return
-    for _, r in t[~t["variant"].str.contains("[", regex=False)].iterrows():
-        v = f"{_load_name(r['rate_fraction'])}.{r['variant']}"
+    for v, r in _openloop_rates(t):
         m.put(OPENLOOP, v, "failure_rate", "ratio", r["repeat"], r["failure_rate"], "lower")
         m.put(OPENLOOP, v, "lag_p99_ms", "ms", r["repeat"], r["lag_p99_ms"], "lower")
         if not r["clean"]:
