@@ -282,13 +282,18 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
 @click.option("--figure", default=None, metavar="TEXT", help="Only figures whose name contains TEXT.")
 @click.option("--changed", is_flag=True, help="Only figures with a change beyond the runs' own spread.")
 @click.option("--all", "include_new", is_flag=True, help="Add the complete runs of data/runs.")
+@click.option("--lessons", is_flag=True, help="The findings table's lessons instead: figure and verdict per run.")
 @_data_dir
-def history_cmd(figure, changed, include_new, data_dir) -> None:
+def history_cmd(figure, changed, include_new, lessons, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
-    machine, absolute and normalised with intervals; flags a change beyond the runs' own spread."""
+    machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
+    --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
     from . import compare
 
-    click.echo(compare.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed))
+    if lessons and (figure or changed):
+        raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
+    click.echo(compare.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
+                                    lessons=lessons))
 
 
 @cli.command("summarise")

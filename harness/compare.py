@@ -10,7 +10,8 @@ upgraded to the current one by `store.upgrade_summary`). A run that has raw data
   which they differ, saying plainly which experiments' figures that makes incomparable;
 - `show`: one run: headline figures, verdicts per seed, bottlenecks, the machine and servers;
 - `history`: headline figures across the committed runs (data/reference, data/history), by commit
-  and machine, flagging a change larger than the runs' own spread (as asv shows commits).
+  and machine, flagging a change larger than the runs' own spread (as asv shows commits); with
+  `lessons`, the findings table's lessons instead: each lesson's figure and verdict run by run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import calibration, stats, store
+from . import calibration, findings, stats, store
 from .analysis import metric_name
 from .errors import HarnessError
 from .store import Run
@@ -723,8 +724,52 @@ def history_runs(data_dir: Any = None, include_new: bool = False) -> tuple[list[
     return records, skipped
 
 
+def _intervals_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    known = all(x is not None for x in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]))
+    return known and (b["ci_low"] > a["ci_high"] or b["ci_high"] < a["ci_low"])
+
+
+def lessons_history_text(records: list[dict[str, Any]]) -> str:
+    """The README's findings across runs: per lesson, each run's figure for the lesson's first
+    ledger row (a within-run ratio or bound, so runs of different machines compare without
+    normalising) and its verdict. `MOVED` marks a verdict of another class (holds / fails / open)
+    than the previous run's that measured it, `OPPOSED` one that went from holds to fails or back,
+    `apart` intervals that do not overlap. A version-1 summary's verdict had no multiple-comparison
+    correction: marked `v1`."""
+    lines = ["lessons across runs: the figure of each lesson's first ledger row, and its verdict "
+             "(as the README's findings table; v1: a summary before Holm's correction)"]
+    per_run = [{r["lesson"]: r for r in findings.lesson_rows(rec["summary"])} for rec in records]
+    n_moved = 0
+    for lesson in findings.LESSONS:
+        lines.append(f"{lesson.id} ({lesson.claims[0]}): {_clip(lesson.words, 90)}")
+        prev: dict[str, Any] | None = None
+        for i, (rec, rows) in enumerate(zip(records, per_run), 1):
+            r = rows[lesson.id]
+            if r["verdict"] == findings.NOT_MEASURED:
+                continue
+            marks = []
+            if prev is not None:
+                a, b = findings.verdict_class(prev["verdict"]), findings.verdict_class(r["verdict"])
+                if {a, b} == {"holds", "fails"}:
+                    marks.append("OPPOSED")
+                elif a != b:
+                    marks.append("MOVED")
+                if _intervals_apart(prev, r):
+                    marks.append("apart")
+            n_moved += bool({"MOVED", "OPPOSED"} & set(marks))
+            v1 = " v1" if rec["summary"].get("upgraded_from") == 1 else ""
+            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {_clip(r['figure'], 44):44} "
+                         f"{r['verdict'] + v1:22} {' '.join(marks)}".rstrip())
+            prev = r
+        if prev is None:
+            lines.append("  not measured in any run")
+    lines.append(f"{len(findings.LESSONS)} lessons over {len(records)} runs; {n_moved} verdict move(s) "
+                 "from one run to the next")
+    return "\n".join(lines)
+
+
 def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
-                 changed_only: bool = False) -> str:
+                 changed_only: bool = False, lessons: bool = False) -> str:
     """Headline figures across runs, by commit and machine, absolute and normalised with their
     intervals, as asv shows a benchmark across commits; a change larger than the runs' own spread
     (`beyond_spread`) against the previous run with the figure is flagged `CHANGED`, on the
@@ -744,6 +789,8 @@ def history_text(data_dir: Any = None, include_new: bool = False, figure: str | 
                      f"({mach.get('cpu_model') or '?'}, boot {_short(mach.get('boot_id'))}); ceilings: "
                      + _ceiling_text(ceilings(rec["summary"], run.manifest)))
     lines += [f"  {x}" for x in skipped]
+    if lessons:
+        return "\n".join(lines + [lessons_history_text(records)])
     lines.append("figures: estimate [95% interval], CV/n, normalised [interval]; CHANGED: intervals apart and "
                  "the change beyond the larger CV (absolute within one machine, normalised across machines)")
     figures: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}

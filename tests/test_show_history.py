@@ -362,6 +362,35 @@ def test_history_shows_committed_runs_by_commit_and_machine_and_flags_real_chang
     assert "1 figure(s) shown" in only.output
 
 
+def test_history_lessons_follow_each_lessons_figure_and_flag_verdicts_that_move(tmp_path):
+    """The findings' lessons run by run: the figure of the lesson's first ledger row and its verdict;
+    a verdict of another class than the previous run's is MOVED, holds <-> fails OPPOSED, and
+    intervals that do not overlap `apart`. 001-pool's first row is 001-pool-13."""
+    from harness import findings
+
+    head = next(lesson for lesson in findings.LESSONS if lesson.id == "001-pool").claims[0]
+    plan = [("20261128T000000Z-full-0001", "direction only", 12.0, 11.0, 13.0),
+            ("20261129T000000Z-full-0002", "direction only", 12.5, 11.5, 13.5),   # no mark
+            ("20261130T000000Z-full-0003", "not reproduced", 20.0, 19.0, 21.0),   # holds -> fails, apart
+            ("20261201T000000Z-full-0004", "inconclusive", 19.0, 10.0, 30.0)]     # fails -> open
+    for i, (rid, verdict, est, lo, hi) in enumerate(plan):
+        claim = _claim(head, verdict, n=10, value=est, ci_low=lo, ci_high=hi)
+        _put(tmp_path, "history", rid, _manifest(rid, sha=str(i + 1) * 40), _summary_v1(rid, claims=[claim]))
+    out = CliRunner().invoke(cli.cli, ["history", "--lessons", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    block = out.output.split(f"001-pool ({head}):")[1].splitlines()[1:5]
+    assert [r.split()[:2] for r in block] == [["#1", "1111111"], ["#2", "2222222"], ["#3", "3333333"],
+                                              ["#4", "4444444"]]
+    assert "12 [11, 13] (95%, n=10)" in block[0] and "direction only v1" in block[0]
+    assert not block[1].rstrip().endswith(("MOVED", "OPPOSED", "apart"))
+    assert block[2].rstrip().endswith("OPPOSED apart"), block[2]
+    assert block[3].rstrip().endswith("MOVED"), block[3]
+    assert "000-sync-async (000-rps-01)" in out.output and "not measured in any run" in out.output
+    assert f"{len(findings.LESSONS)} lessons over 4 runs; 2 verdict move(s)" in out.output
+    both = CliRunner().invoke(cli.cli, ["history", "--lessons", "--changed", "--data-dir", str(tmp_path)])
+    assert both.exit_code == 2 and "--lessons shows the lessons only" in both.output
+
+
 def test_history_without_committed_runs_is_a_clear_error(tmp_path):
     out = harness("history", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
     assert out.returncode == 2 and "no committed run" in out.stderr and len(out.stderr.strip().splitlines()) == 1
