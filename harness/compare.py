@@ -667,6 +667,11 @@ def show_text(run: Run, experiment: str | None = None) -> str:
 
 # -- harness history (issue 23 point 4) ---------------------------------------------------------------
 
+def intervals_apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether intervals `a` and `b` (low, high) do not overlap."""
+    return b[0] > a[1] or b[1] < a[0]
+
+
 def beyond_spread(a: dict[str, Any], b: dict[str, Any], key: str = "estimate") -> bool | None:
     """Whether figure row `b` differs from row `a` by more than the runs' own spread: their 95%
     intervals do not overlap AND the change exceeds the larger of the two CVs. None when either
@@ -688,8 +693,7 @@ def beyond_spread(a: dict[str, Any], b: dict[str, Any], key: str = "estimate") -
     cvb: Any = b.get("cv")
     if ia is None or ib is None or not (_known(cva) and _known(cvb)) or not ia[0]:
         return None
-    apart = ib[1] > ia[2] or ib[2] < ia[1]
-    return bool(apart and abs(ib[0] / ia[0] - 1) > max(float(cva), float(cvb)))
+    return bool(intervals_apart(ia[1:], ib[1:]) and abs(ib[0] / ia[0] - 1) > max(float(cva), float(cvb)))
 
 
 def _run_record(run: Run, s: dict[str, Any], machines: dict[tuple, str]) -> dict[str, Any]:
@@ -724,11 +728,6 @@ def history_runs(data_dir: Any = None, include_new: bool = False) -> tuple[list[
     return records, skipped
 
 
-def _intervals_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    known = all(x is not None for x in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]))
-    return known and (b["ci_low"] > a["ci_high"] or b["ci_high"] < a["ci_low"])
-
-
 def lessons_history_text(records: list[dict[str, Any]]) -> str:
     """The README's findings across runs: per lesson, each run's figure for the lesson's first
     ledger row (a within-run ratio or bound, so runs of different machines compare without
@@ -754,7 +753,8 @@ def lessons_history_text(records: list[dict[str, Any]]) -> str:
                     marks.append("OPPOSED")
                 elif a != b:
                     marks.append("MOVED")
-                if _intervals_apart(prev, r):
+                ends = (prev["ci_low"], prev["ci_high"], r["ci_low"], r["ci_high"])
+                if None not in ends and intervals_apart(ends[:2], ends[2:]):
                     marks.append("apart")
             n_moved += bool({"MOVED", "OPPOSED"} & set(marks))
             v1 = " v1" if rec["summary"].get("upgraded_from") == 1 else ""

@@ -71,6 +71,7 @@ def runs_dir(data_dir: Path | None = None) -> Path:
 # Where runs live, in the order a run id is looked up (a run in two places: its copy with raw data).
 LOCATIONS = ("reference", "runs", "history")
 COMMITTED = ("reference", "history")
+HISTORY_FILES = ("manifest.json", "summary.json")   # all a run keeps under data/history
 
 
 def location_dir(where: str, data_dir: Path | None = None) -> Path:
@@ -475,7 +476,7 @@ def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
         hist_root.mkdir(parents=True, exist_ok=True)
         tmp = hist_root / f"{INCOMPLETE_PREFIX}{old.name}"
         tmp.mkdir(exist_ok=True)
-        for name in ("manifest.json", "summary.json"):
+        for name in HISTORY_FILES:
             (tmp / name).write_bytes((old / name).read_bytes())
         os.rename(tmp, hist_root / old.name)
         moves.append(f"{old.name}: manifest.json and summary.json -> {hist_root / old.name}")

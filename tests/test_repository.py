@@ -10,6 +10,8 @@ from pathlib import PurePosixPath
 
 from conftest import REPO_ROOT
 
+from harness import store
+
 DATA_LIMIT_BYTES = 150 * 10**6
 
 
@@ -31,10 +33,10 @@ def test_only_the_reference_keeps_raw_data_and_history_runs_keep_two_files():
     for f in tracked_data_files():
         if len(f.parts) >= 4:   # data/<location>/<run-id>/...
             runs_by_location[f.parts[1]][f.parts[2]].add("/".join(f.parts[3:]))
-    assert set(runs_by_location) <= {"reference", "history"}, \
+    assert set(runs_by_location) <= set(store.COMMITTED), \
         f"runs committed outside reference/ and history/: {sorted(runs_by_location)}"
     assert len(runs_by_location["reference"]) == 1, sorted(runs_by_location["reference"])
     history = runs_by_location["history"]
     assert history, "no earlier run kept in data/history"
-    odd = {run: files for run, files in history.items() if files != {"manifest.json", "summary.json"}}
+    odd = {run: files for run, files in history.items() if files != set(store.HISTORY_FILES)}
     assert not odd, f"history runs must keep manifest.json and summary.json only: {odd}"
