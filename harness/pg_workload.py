@@ -16,6 +16,7 @@ Client models (`MODELS`):
 Drivers are used with their defaults, as the seed does: a psycopg pool connection is not in
 autocommit, so each psycopg request is wrapped in BEGIN ... COMMIT (the pool commits when the block
 ends); asyncpg runs each statement on its own (no transaction) with its prepared-statement cache.
+A user's request (`harness verify`) runs in a transaction started READ ONLY in every driver.
 `psycopg_autocommit=True` in the spec switches psycopg to autocommit.
 
 One variant (model x slow_ms x pool) runs in its own interpreter: `python -m harness.pg_workload
@@ -170,8 +171,12 @@ async def program_asyncpg(statements: tuple[dict, ...], pool, values: dict,
                           _slow_s: float) -> tuple[float, float, Any]:
     async with pool.acquire() as c:
         t_acq = time.perf_counter()
-        for st in statements:
-            await c.fetch(st["asyncpg"], *[values[n] for n in st["names"]])
+        # A user's request runs in a transaction started READ ONLY (issue 31): asyncpg's default,
+        # one implicit transaction per statement, would follow the session's default, which the
+        # request itself could change.
+        async with c.transaction(readonly=True):
+            for st in statements:
+                await c.fetch(st["asyncpg"], *[values[n] for n in st["names"]])
         t_rel = time.perf_counter()
         conn = c.get_server_pid()
     return t_acq, t_rel, conn
@@ -199,8 +204,16 @@ class VariantSpec:
     # per-request parameters drawn from `params` ({"int": [lo, hi]} or {"choice": [...]}).
     statements: tuple[dict, ...] = ()
     params: dict | None = None
-    read_only: bool = False          # every connection opens with default_transaction_read_only=on
+    # Every transaction starts READ ONLY (psycopg's `read_only`, asyncpg's `transaction(readonly=
+    # True)`) and every session opens with default_transaction_read_only=on. A user's statements
+    # need it, and need a transaction: no psycopg autocommit.
+    read_only: bool = False
     regime: str = ""                 # the rows' regime: "" = slow or fast by slow_ms (regime_of)
+
+    def __post_init__(self) -> None:
+        if self.statements and not (self.read_only and not self.psycopg_autocommit):
+            raise ValueError("a user's statements run only in read-only transactions (read_only=True, "
+                             "psycopg_autocommit=False)")
 
 
 def regime_of(spec: VariantSpec) -> str:
@@ -263,11 +276,22 @@ def _async_request(spec: VariantSpec, driver: str) -> Callable:
     return request_asyncpg if driver == "asyncpg" else request_psycopg_async
 
 
+READ_ONLY_SESSION = "-c default_transaction_read_only=on"
+
+
 def _psycopg_kwargs(spec: VariantSpec) -> dict[str, Any]:
     kw: dict[str, Any] = {"autocommit": spec.psycopg_autocommit}
     if spec.read_only:
-        kw["options"] = "-c default_transaction_read_only=on"
+        kw["options"] = READ_ONLY_SESSION
     return kw
+
+
+def _read_only_sync(conn) -> None:
+    conn.read_only = True          # psycopg then starts every transaction with BEGIN READ ONLY
+
+
+async def _read_only_async(conn) -> None:
+    await conn.set_read_only(True)
 
 
 def _client_sync(spec: VariantSpec, task: int, pool, state: _State, log: list) -> None:
@@ -344,7 +368,7 @@ def _run_threads(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, list
 
     _check_reachable(spec.dsn)
     pool = ConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
-                          kwargs=_psycopg_kwargs(spec))
+                          kwargs=_psycopg_kwargs(spec), configure=_read_only_sync if spec.read_only else None)
     pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
     try:
         state, window, logs = _State(), {}, [[] for _ in range(spec.clients)]
@@ -380,7 +404,8 @@ async def _run_async(spec: VariantSpec, server: ServerCPU) -> tuple[dict, list, 
 
         _check_reachable(spec.dsn)   # before the loop's work starts: a blocking call is fine here
         pool = AsyncConnectionPool(spec.dsn, min_size=spec.pool, max_size=spec.pool, open=False,
-                                   kwargs=_psycopg_kwargs(spec))
+                                   kwargs=_psycopg_kwargs(spec),
+                                   configure=_read_only_async if spec.read_only else None)
         await pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
         request, close = _async_request(spec, "psycopg"), pool.close
     try:

@@ -3,7 +3,11 @@
 1. Read and check the workload file (`harness.workload_file`): schema, read-only statements,
    placeholders with generators, the target's scheme. Nothing has connected anywhere yet.
 2. Refuse a target off loopback unless each such host is named with `--confirm-host`.
-3. Check that the target answers (one line naming it otherwise).
+3. Check that the target answers (one line naming it otherwise), and on PostgreSQL run the
+   pre-flight: each statement once, in a read-only transaction rolled back
+   (`harness.experiments.verify_postgres.preflight`); a statement the server refuses stops the
+   command in one line naming it, before any repeat. (A `local` target's server exists only once
+   the run starts it: there the pre-flight opens the first repeat.)
 4. Run `verify_postgres` or `verify_mongo` through `study.run`, like any experiment: the profile
    `full` with the file's `[load]` as parameter overrides and `load.repeats` repeats, paired and
    interleaved, warm-up excluded, client and server CPU, the in-run calibration, the manifest.
@@ -72,12 +76,25 @@ def check_reachable(w: workload_file.Workload) -> None:
         servers.check_mongodb(w.target, "target")
 
 
+def preflight(w: workload_file.Workload) -> None:
+    """The PostgreSQL pre-flight on the file's target (a MongoDB workload is a find, nothing to try)."""
+    if w.target == "local" or w.postgres is None:
+        return
+    from .experiments import verify_postgres
+
+    params = {name: g.model_dump() for name, g in w.postgres.params.items()}
+    gens = verify_postgres.generators(w.target, params, w.seed)
+    verify_postgres.preflight(w.target, w.postgres.request, gens, tuple(w.load.models), w.seed)
+
+
 def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (),
             data_dir: Path | None = None) -> tuple[workload_file.Workload, dict[str, Any]]:
-    """`plan()`, then the data directory and the target: every input error, before a run starts."""
+    """`plan()`, then the data directory, the target and the pre-flight: every input error, and
+    every statement the server refuses, before a run starts."""
     w, overrides = plan(path, confirmed_hosts)
     store.check_writable(data_dir)
     check_reachable(w)
+    preflight(w)
     return w, overrides
 
 

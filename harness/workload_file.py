@@ -27,12 +27,27 @@ For MongoDB the request is one query: `collection`, a `filter` in which a string
 a drawn parameter, and optional `projection`, `sort` and `limit` (find_one when the limit is 1 or
 absent). `large_read` names a query returning many documents for the cursor-stall check.
 
-Safety (issue 24): statements must be reads. Each is one statement whose first word is SELECT,
-WITH, VALUES, TABLE or SHOW; anything else is refused by name. The verify experiments also open
-every PostgreSQL connection with `default_transaction_read_only=on`, so a write hidden in a CTE or a
-function fails on the server. `allow_writes = true` enables the write check (bulk inserts), which
-only ever writes to a scratch collection the run creates and drops. Durations, concurrency and
-repeats are capped (`CAPS`); `load.max_error_rate` stops a repeat whose variant fails more often.
+Safety (issues 24, 31): nothing a PostgreSQL workload sends may write. Three guards, in order:
+1. Here, before anything connects: each entry is one statement whose first word is SELECT, WITH,
+   VALUES, TABLE or SHOW, and that calls none of `SESSION_FUNCTIONS` (functions whose effect a
+   read-only transaction does not contain: they change the session, which outlives the
+   transaction on a pooled connection, or another session, or the server, or run SQL on another
+   connection). Either is refused by name, in one line.
+2. The server, per transaction: every request runs in a transaction started READ ONLY by the
+   driver (psycopg's `read_only`, asyncpg's `transaction(readonly=True)`), so a write hidden in a
+   CTE or in a function fails there; once the transaction has taken its snapshot PostgreSQL refuses
+   to make it read-write. The sessions' default (`default_transaction_read_only=on`) stays as well,
+   but a default is not a guarantee (`set_config` can change it).
+3. The pre-flight (`harness.experiments.verify_postgres.preflight`): each statement runs once with
+   drawn parameters in a read-only transaction that is rolled back, before any load; a refusal
+   stops the command in one line naming the statement.
+A role with SELECT privileges only is the guarantee a production server should add (README).
+
+A MongoDB workload can express a `find` only (a filter, projection, sort and limit): no
+aggregation pipeline, so no `$out` or `$merge`, and a top-level operator other than $and, $or and
+$nor is refused. `allow_writes = true` enables the write check (bulk inserts), which only ever
+writes to a scratch collection the run creates and drops. Durations, concurrency and repeats are
+capped (`CAPS`); `load.max_error_rate` stops a repeat whose variant fails more often.
 """
 
 from __future__ import annotations
@@ -58,6 +73,46 @@ BODY_ONLY = "(the target given to harness verify)"   # a stored body has no targ
 READ_WORDS = ("select", "with", "values", "table", "show")
 PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _COMMENT = re.compile(r"^\s*(--[^\n]*\n|/\*.*?\*/)", re.S)
+
+# Functions whose effect a read-only transaction does not contain, each refused by name (guard 1
+# above; the read-only transaction is guard 2). One reason per group.
+_SESSION_FUNCTION_GROUPS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("set_config",), "changes a setting of the session, which outlives the transaction on a pooled "
+                      "connection (it can turn the session's default back to read-write)"),
+    (("pg_terminate_backend",), "ends another session"),
+    (("pg_cancel_backend",), "cancels another session's query"),
+    (("pg_reload_conf",), "makes the server reload its configuration"),
+    (("pg_rotate_logfile", "pg_rotate_logfile_old"), "rotates the server's log file"),
+    (("pg_switch_wal", "pg_create_restore_point", "pg_backup_start", "pg_backup_stop", "pg_start_backup",
+      "pg_stop_backup", "pg_promote", "pg_wal_replay_pause", "pg_wal_replay_resume"),
+     "acts on the server's write-ahead log, backups or replication"),
+    (("pg_create_physical_replication_slot", "pg_create_logical_replication_slot", "pg_drop_replication_slot",
+      "pg_copy_physical_replication_slot", "pg_copy_logical_replication_slot", "pg_replication_slot_advance",
+      "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes", "pg_logical_emit_message"),
+     "changes a replication slot or writes to the write-ahead log"),
+    (("pg_stat_reset", "pg_stat_reset_shared", "pg_stat_reset_single_table_counters",
+      "pg_stat_reset_single_function_counters", "pg_stat_reset_slru", "pg_stat_reset_replication_slot",
+      "pg_stat_reset_subscription_stats"), "resets the server's statistics"),
+    (("pg_log_backend_memory_contexts",), "makes another session write to the server's log"),
+    (("pg_advisory_lock", "pg_advisory_lock_shared", "pg_try_advisory_lock", "pg_try_advisory_lock_shared",
+      "pg_advisory_xact_lock", "pg_advisory_xact_lock_shared", "pg_try_advisory_xact_lock",
+      "pg_try_advisory_xact_lock_shared", "pg_advisory_unlock", "pg_advisory_unlock_shared",
+      "pg_advisory_unlock_all"), "takes or releases an advisory lock other sessions wait on"),
+    (("pg_notify",), "sends a notification to other sessions"),
+    (("dblink", "dblink_exec", "dblink_connect", "dblink_connect_u", "dblink_open", "dblink_fetch",
+      "dblink_send_query", "dblink_get_result"), "runs SQL on another connection, outside this read-only "
+                                                 "transaction"),
+    (("lo_import", "lo_export", "lo_create", "lo_creat", "lo_unlink", "lo_put", "lo_from_bytea", "lo_open",
+      "lowrite", "lo_truncate", "lo_truncate64"), "reads or writes server files or large objects"),
+    (("pg_file_write", "pg_file_rename", "pg_file_unlink", "pg_file_sync"), "writes server files"),
+    (("nextval", "setval"), "advances or sets a sequence"),
+)
+SESSION_FUNCTIONS: dict[str, str] = {name: why for names, why in _SESSION_FUNCTION_GROUPS for name in names}
+# A call, schema-qualified or quoted or not: `set_config(`, `pg_catalog.set_config (`, `"set_config"(`.
+# The whole text is searched, literals and comments too: a name inside a string that is run as SQL
+# (query_to_xml) is refused as well; a false alarm costs a rewording, a miss could cost a write.
+_SESSION_CALL = re.compile(r'(?<![\w$])"?(' + "|".join(sorted(SESSION_FUNCTIONS, key=len, reverse=True))
+                           + r')"?\s*\(', re.I)
 
 
 class _Strict(BaseModel):
@@ -227,7 +282,8 @@ def first_word(sql: str) -> str:
 
 
 def check_read_only(sql: str, where: str) -> None:
-    """One read statement, or a HarnessError naming `where` and what the statement is."""
+    """One read statement calling none of `SESSION_FUNCTIONS`, or a HarnessError naming `where` and
+    what the statement is or calls."""
     body = sql.strip().rstrip(";")
     if ";" in re.sub(r"'[^']*'", "", body):
         raise HarnessError(f"{where}: one statement per entry (found ';' inside)")
@@ -237,6 +293,11 @@ def check_read_only(sql: str, where: str) -> None:
     if word not in READ_WORDS:
         raise HarnessError(f"{where}: {word.upper()} is not a read; only {', '.join(w.upper() for w in READ_WORDS)} "
                            "statements run (allow_writes enables only the scratch-table write check)")
+    call = _SESSION_CALL.search(body)
+    if call is not None:
+        name = call.group(1).lower()
+        raise HarnessError(f"{where}: calls {name}(), which {SESSION_FUNCTIONS[name]}; a verify run does not "
+                           "send it")
 
 
 def placeholders(sql: str) -> list[str]:

@@ -18,6 +18,7 @@ see `FAULTS_JSON`), which docs/FAULTS.md describes.
 | 8 | bad input                               | test_bad_input_*, test_set_parser_*                |
 | 9 | credentials                             | test_password_never_written                        |
 | 10 | exposure                               | test_every_listener_is_on_loopback                 |
+| 11 | a workload that would write             | test_verify_*                                      |
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ CLASSES = {1: "MongoDB-role server killed mid-experiment", 2: "PostgreSQL killed
            3: "network path cut, then restored", 4: "server stops answering, sockets kept open",
            5: "run interrupted (SIGINT, SIGTERM)", 6: "disk full while writing a run",
            7: "data directory cannot be created or written", 8: "bad input", 9: "credentials",
-           10: "exposure: listeners on loopback only"}
+           10: "exposure: listeners on loopback only", 11: "a verify workload that would write"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -899,3 +900,124 @@ def test_every_listener_is_on_loopback(tmp_path, fault):
     assert len(found["toxiproxy"]) >= 2, "Toxiproxy's API and at least one proxy listener"
     assert not left, f"processes left behind: {left}"
     fault(10, exit_code=code, listeners=found, exposed=exposed)
+
+
+# ----------------------------------------------------------------------------------------------
+# 11: a `harness verify` workload that would write to the user's server (issue 31). A scratch
+# database of the test's own, on the session's PostgreSQL, stands for the user's: a table of
+# customers and an ordinary SQL function with a side effect (an UPDATE), as real schemas have.
+
+SHOP_CUSTOMERS = 200
+
+
+@pytest.fixture
+def shop(stack):
+    """A scratch database `shop_<pid>` with `customers(cid, tier)` and `bump(c)`, which writes;
+    yields its DSN, dropped after."""
+    import psycopg
+
+    name = f"shop_{os.getpid()}"
+    admin = stack.postgres_dsn
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name}")
+        c.execute(f"CREATE DATABASE {name}")
+    dsn = admin.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE customers (cid integer PRIMARY KEY, tier integer NOT NULL)")
+        c.execute("INSERT INTO customers SELECT g, 2 FROM generate_series(1, %s) g", (SHOP_CUSTOMERS,))
+        c.execute("CREATE FUNCTION bump(c integer) RETURNS integer LANGUAGE sql AS "
+                  "'UPDATE customers SET tier = tier + 100 WHERE cid = c RETURNING tier'")
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def shop_state(dsn: str) -> tuple[int, int]:
+    """(rows, sum of tiers): what any write of the tests below would change."""
+    import psycopg
+
+    with psycopg.connect(dsn) as c:
+        return c.execute("SELECT count(*), sum(tier) FROM customers").fetchone()
+
+
+WRITING_WORKLOADS = {
+    # the bypass issue 31 found: the first turns the pooled session read-write, the second writes
+    "session setting, then a writing function": (
+        ["SELECT set_config('default_transaction_read_only', 'off', false)", "SELECT bump(:cid)"],
+        "postgres.request[0]: calls set_config(), which changes a setting of the session"),
+    "ends other sessions": (["SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> :cid"],
+                            "postgres.request[0]: calls pg_terminate_backend(), which ends another session"),
+    "a writing function": (["SELECT tier FROM customers WHERE cid = :cid", "SELECT bump(:cid)"],
+                           "postgres.request[1] 'SELECT bump(:cid)': refused in the read-only pre-flight "
+                           "(psycopg): ReadOnlySqlTransaction: cannot execute UPDATE in a read-only transaction"),
+    "a write hidden in a CTE": (
+        ["WITH d AS (DELETE FROM customers WHERE cid = :cid RETURNING cid) SELECT count(*) FROM d"],
+        "refused in the read-only pre-flight (psycopg): ReadOnlySqlTransaction: cannot execute SELECT in a "
+        "read-only transaction"),
+    "a missing table": (["SELECT tier FROM no_such_table WHERE cid = :cid"],
+                        "refused in the read-only pre-flight (psycopg): UndefinedTable"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRITING_WORKLOADS))
+def test_verify_stops_a_workload_that_would_write_in_one_line(case, shop, tmp_path, fault):
+    """Each is refused before any repeat starts, by name (guard 1) or by the server in the pre-flight
+    (guard 3): one line, exit 2, no run written, not one row of the shop changed."""
+    request, expected = WRITING_WORKLOADS[case]
+    statements = ", ".join(json.dumps(sql) for sql in request)
+    path = tmp_path / "w.toml"
+    path.write_text(f'target = "{shop}"\n[postgres]\nrequest = [{statements}]\n'
+                    f'params.cid = {{ int = [1, {SHOP_CUSTOMERS}] }}\n[load]\nclients = 4\npools = [2]\n'
+                    'duration_s = 0.5\nwarmup_s = 0.1\nrepeats = 2\n')
+    data = tmp_path / "data"
+    before = shop_state(shop)
+    t0 = time.monotonic()
+    out = harness("verify", str(path), "--data-dir", str(data), "--no-report", env=base_env(data), timeout=120)
+    seconds = round(time.monotonic() - t0, 1)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in out.stderr, out.stderr
+    runs = data / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), f"a refused workload wrote {list(runs.iterdir())}"
+    assert shop_state(shop) == before
+    fault(11, **{case: lines[0][:300], "rows_and_tier_sum_before_after": [before, shop_state(shop)],
+                 "seconds": seconds})
+
+
+@pytest.mark.parametrize("model", ["threads_psycopg", "asyncio_psycopg", "uvloop_asyncpg"])
+def test_verify_requests_stay_read_only_when_the_session_default_is_turned_off(model, shop, fault):
+    """Guard 2 alone, with guards 1 and 3 stepped around (the client called directly): the request
+    turns its session's default read-write, and calls the writing function only in a transaction
+    that is not read-only, so that a request commits (a failed one would roll its set_config back).
+    With only the session default, as before issue 31, every request after the first on a pooled
+    connection was read-write and wrote (33,202 updates in the issue's run). Every transaction now
+    starts READ ONLY, whatever the session's default: the requests succeed and no row changes."""
+    from harness import pg_workload
+    from harness.experiments.verify_postgres import statements
+
+    request = ["SELECT set_config('default_transaction_read_only', 'off', false)",
+               "SELECT CASE WHEN current_setting('transaction_read_only') = 'on' THEN 0 ELSE bump(:cid) END"]
+    spec = pg_workload.VariantSpec(
+        variant=model, model=model, dsn=shop, pool=2, clients=4, slow_ms=0.0, warmup_s=0.1, duration_s=0.3,
+        rows=SHOP_CUSTOMERS, seed=1, calibration_requests=2, postmaster_pid=None,
+        statements=statements(request), params={"cid": {"int": [1, SHOP_CUSTOMERS]}}, read_only=True,
+        regime="workload")
+    before = shop_state(shop)
+    samples = pg_workload.run_variant(spec)["samples"]
+    ok = sum(bool(x) for x in samples["ok"])
+    assert ok > 0, samples.get("error", [])[:3]
+    assert shop_state(shop) == before
+    fault(11, **{f"{model}: set_config then bump() when read-write, called directly": f"{ok} requests ok",
+                 "rows_and_tier_sum_before_after": [before, shop_state(shop)]})
+
+
+def test_verify_refuses_a_user_request_outside_a_read_only_transaction():
+    from harness import pg_workload
+
+    with pytest.raises(ValueError, match="read-only transactions"):
+        pg_workload.VariantSpec(variant="v", model="threads_psycopg", dsn="", pool=1, clients=1, slow_ms=0.0,
+                                warmup_s=0.0, duration_s=1.0, rows=1, seed=1, calibration_requests=1,
+                                postmaster_pid=None, statements=({"psycopg": "SELECT 1", "asyncpg": "SELECT 1",
+                                                                  "names": []},), params={})

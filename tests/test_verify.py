@@ -65,6 +65,12 @@ BAD = {
     "non-loopback target without confirmation": (
         'target = "postgresql://postgres@192.0.2.7:5432/study"\n[postgres]\nrequest = ["SELECT 1"]\n',
         "target host 192.0.2.7 is not on loopback; to aim this load at it, pass --confirm-host 192.0.2.7"),
+    # a MongoDB workload is a find: no pipeline, so no $out or $merge stage (issue 31)
+    "aggregation pipeline": ('target = "local"\ndataset = "orders"\n[mongodb]\ncollection = "orders"\nfilter = {}\n'
+                             'pipeline = [{ "$out" = "copy" }]\n', "mongodb.pipeline: unknown key"),
+    "write stage in the filter": ('target = "local"\ndataset = "orders"\n[mongodb]\ncollection = "orders"\n'
+                                  'filter = { "$merge" = "copy" }\n',
+                                  "mongodb.filter: only query operators are allowed at the top level"),
     "wrong scheme": ('target = "mongodb://127.0.0.1:27017/"\n[postgres]\nrequest = ["SELECT 1"]\n',
                      "target: expected \"local\" or a postgresql:// URI"),
 }
@@ -103,19 +109,20 @@ def test_the_command_says_it_in_one_line_with_exit_2(case, tmp_path):
     assert not (data / "runs").exists() or not any((data / "runs").iterdir())
 
 
-def test_a_write_hidden_in_a_cte_is_refused_by_the_server(stack, stack_env, tmp_path, monkeypatch):
-    """The lexical check passes a WITH; the read-only connection stops the DELETE inside it."""
-    for k, v in stack_env.items():
-        monkeypatch.setenv(k, v)
+def test_the_experiment_runs_the_preflight_itself(run_experiment, stack):
+    """`harness run verify_postgres` (and a `local` target, whose server the run starts) gets no
+    pre-flight from `harness verify`'s preparation: the repeat runs it before any variant, and a
+    write hidden in a CTE fails the repeat there, naming the statement. (Through the command, a
+    user's target stops before any repeat: tests/test_faults.py, class 11.)"""
+    import json
+
     before = _acct_rows(stack.postgres_dsn)
     cte = "WITH d AS (DELETE FROM acct WHERE id = :id RETURNING id) SELECT count(*) FROM d"
-    path = write(tmp_path, f'target = "{stack.postgres_dsn}"\n[postgres]\nrequest = ["{cte}"]\n'
-                           'params.id = { int = [1, 10] }\n[load]\nclients = 2\npools = [2]\n'
-                           'models = ["threads_psycopg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
-    run_dir = verify_mod.run(path, data_dir=tmp_path / "data")
-    run = store.Run(run_dir)
-    assert run.experiments["verify_postgres"]["status"] == "failed"
-    assert "read-only transaction" in str(run.experiments["verify_postgres"]), run.experiments["verify_postgres"]
+    body = {"postgres": {"request": [cte], "params": {"id": {"int": [1, 10]}}}}
+    result, tables = run_experiment("verify_postgres", workload=json.dumps(body))
+    assert result["status"] == "failed"
+    assert "postgres.request[0]" in result["error"] and "read-only pre-flight" in result["error"], result["error"]
+    assert "windows" not in tables          # no variant ran
     assert _acct_rows(stack.postgres_dsn) == before
 
 

@@ -6,10 +6,16 @@ connection, with parameters drawn per request from seeded generators. Each clien
 it at each pool size in `pools` with `clients` closed-loop clients, each variant in its own child
 interpreter: the very machinery of `pg_models` (`harness.pg_workload`), so the window, the warm-up,
 the client, server and machine CPU and the calibration of the per-request database time are the
-study's own. Every connection is opened read-only (`default_transaction_read_only=on`).
+study's own. Every request runs in a transaction started READ ONLY, on sessions opened with
+`default_transaction_read_only=on` (issue 31; `harness.workload_file` names the three guards).
 
 Before the variants, each `{ column = "table.column" }` generator becomes a list of up to `sample`
-values read from the target (a seeded TABLESAMPLE; a read, outside every window).
+values read from the target (a seeded TABLESAMPLE; a read, outside every window), and `preflight`
+runs each statement once through each driver the models use, in a read-only transaction rolled
+back: a statement the server refuses stops the repeat in one line naming it. `harness verify`
+runs the same pre-flight before the first repeat (`harness.verify.prepare`), so no repeat starts
+on a workload that cannot run; here it guards `harness run verify_postgres` and a local target,
+whose server exists only once the run has started it.
 
 Variants: `<model>[pool=<n>]`, in `ctx.order()`. Tables: those of `pg_models`
 (`harness.pg_workload.tables`), so `harness.analysis.postgres.models_table` derives the figures;
@@ -23,8 +29,10 @@ verify_postgres --set workload=JSON`) does. With no workload given it runs
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +40,14 @@ from .. import datasets, workload_file
 from ..config import REPO_ROOT
 from ..errors import HarnessError
 from ..measure import error_text, find_postmaster
-from ..pg_workload import MODELS, SEED_MODELS, VariantSpec, run_in_child
+from ..pg_workload import MODELS, READ_ONLY_SESSION, SEED_MODELS, VariantSpec, run_in_child
 from ..pg_workload import tables as pg_tables
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, variant_id, window_columns
 
 EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"
 CHILD_OVERHEAD_S = 60.0
 REGIME = "workload"
+PREFLIGHT_STATEMENT_TIMEOUT_MS = 30_000   # a pre-flight statement that runs longer is refused
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ def sample_column(dsn: str, column: str, n: int, seed: int) -> list[Any]:
     from psycopg import sql
 
     table, col = column.split(".")
-    with psycopg.connect(dsn, connect_timeout=10, options="-c default_transaction_read_only=on") as conn:
+    with psycopg.connect(dsn, connect_timeout=10, options=READ_ONLY_SESSION) as conn:
         est = (conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table,)).fetchone()
                or (None,))[0]
         if est is None:
@@ -115,6 +124,70 @@ def statements(request: list[str]) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
+def preflight(dsn: str, request: list[str], gens: dict[str, Any], models: tuple[str, ...], seed: int) -> None:
+    """Each statement once, with parameters drawn as a request draws them, in one transaction
+    started READ ONLY and rolled back, through psycopg and (when a model uses it) asyncpg, which
+    types parameters differently. The first statement the server refuses (a write inside a CTE or
+    a function, a syntax error, a missing table, a parameter of the wrong type, a statement past
+    PREFLIGHT_STATEMENT_TIMEOUT_MS) raises a one-line HarnessError naming it."""
+    program = statements(request)
+    values = workload_file.draw(gens, random.Random(f"{seed}:preflight"))
+    _preflight_psycopg(dsn, request, program, values)
+    if any(m.endswith("asyncpg") for m in models):
+        asyncio.run(_preflight_asyncpg(dsn, request, program, values))
+
+
+def _refused(request: list[str], k: int, driver: str, e: BaseException) -> HarnessError:
+    shown = request[k] if len(request[k]) <= 80 else request[k][:77] + "..."
+    return HarnessError(f"postgres.request[{k}] {shown!r}: refused in the read-only pre-flight ({driver}): "
+                        f"{' '.join(error_text(e, 300).split())}")
+
+
+def _preflight_psycopg(dsn: str, request: list[str], program: tuple[dict[str, Any], ...],
+                       values: dict[str, Any]) -> None:
+    import psycopg
+
+    options = f"{READ_ONLY_SESSION} -c statement_timeout={PREFLIGHT_STATEMENT_TIMEOUT_MS}"
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10, options=options)
+    except psycopg.Error as e:
+        raise HarnessError(f"target: the pre-flight could not connect: {error_text(e, 200)}") from None
+    with conn:
+        conn.read_only = True
+        for k, st in enumerate(program):
+            try:
+                cur = conn.execute(st["psycopg"], values)
+                if cur.description is not None:
+                    cur.fetchall()
+            except psycopg.Error as e:
+                raise _refused(request, k, "psycopg", e) from None
+        conn.rollback()
+
+
+async def _preflight_asyncpg(dsn: str, request: list[str], program: tuple[dict[str, Any], ...],
+                             values: dict[str, Any]) -> None:
+    import asyncpg
+
+    settings = {"default_transaction_read_only": "on", "statement_timeout": str(PREFLIGHT_STATEMENT_TIMEOUT_MS)}
+    try:
+        conn = await asyncpg.connect(dsn, timeout=10, server_settings=settings)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise HarnessError(f"target: the pre-flight could not connect: {error_text(e, 200)}") from None
+    try:
+        transaction = conn.transaction(readonly=True)
+        await transaction.start()
+        try:
+            for k, st in enumerate(program):
+                try:
+                    await conn.fetch(st["asyncpg"], *[values[n] for n in st["names"]])
+                except Exception as e:   # asyncpg's argument errors are not all PostgresError
+                    raise _refused(request, k, "asyncpg", e) from None
+        finally:
+            await transaction.rollback()
+    finally:
+        await conn.close()
+
+
 class VerifyPostgres(Experiment):
     name = "verify_postgres"
     title = "harness verify: seed 002's checks on a workload file's PostgreSQL request"
@@ -142,6 +215,7 @@ class VerifyPostgres(Experiment):
         ctx.note("cpu_count", os.cpu_count())
         gens = generators(dsn, body["postgres"].get("params", {}), int(body.get("seed", 1)))
         ctx.note("generators", {n: ({"choice_of": len(g["choice"])} if "choice" in g else g) for n, g in gens.items()})
+        preflight(dsn, body["postgres"]["request"], gens, p.models, int(body.get("seed", 1)))
         program = statements(body["postgres"]["request"])
         limit = float(body.get("load", {}).get("max_error_rate", 0.05))
         for pool, model in ctx.order([(pool, m) for pool in p.pools for m in p.models]):
