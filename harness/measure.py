@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import psutil
@@ -232,7 +232,34 @@ def machine_busy_s() -> float:
             - getattr(t, "guest_nice", 0.0))
 
 
-class CPUSampler:
+class _Periodic:
+    """Calls `sample()` on entry, every `interval` seconds in a daemon thread, and on exit."""
+
+    interval: float
+    _stop: threading.Event
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+
+
+class CPUSampler(_Periodic):
     """Samples, in a thread, the cumulative CPU time (user + system) of each role's process trees,
     and how long their threads have been runnable but waiting for a core (`wait_s`, as
     `thread_waits`).
@@ -279,25 +306,149 @@ class CPUSampler:
             wait = sum(waits) / 1e9 if pids and waits else float("nan")
             self.rows.append({"t_s": t, "role": role, "cpu_s": cpu, "wait_s": wait, "procs": alive})
 
-    def __enter__(self) -> CPUSampler:
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
 
     def used(self, role: str) -> float:
         """CPU seconds the role used between the first and the last sample."""
         vals = [r["cpu_s"] for r in self.rows if r["role"] == role]
         return vals[-1] - vals[0] if vals else float("nan")
+
+
+# A window's CPU readings must fit the machine: client + server <= machine <= cores x wall. The
+# kernel counts process and machine CPU in ticks of 10 ms (USER_HZ) and each edge is interpolated
+# between two samples, so each reading may be off by a few ticks at each edge, plus a share of the
+# window for the accounting differences between /proc/<pid>/stat and /proc/stat.
+CPU_TOLERANCE_S = 0.06
+CPU_TOLERANCE_SHARE = 0.03      # of cores x wall
+EDGE_SAMPLE_S = 0.05            # EdgeCPU's sampling interval
+
+
+def cpu_consistency(client_s: float, server_s: float, machine_s: float, wall_s: float, cores: int) -> str:
+    """'' when a window's CPU readings fit the machine (client + server <= machine <= cores x wall,
+    within CPU_TOLERANCE_S + CPU_TOLERANCE_SHARE x cores x wall); else the broken inequality, in
+    words. A reading that is NaN (not measured) is left out of the comparison."""
+    tol = CPU_TOLERANCE_S + CPU_TOLERANCE_SHARE * cores * wall_s
+    parts = [x for x in (client_s, server_s) if x == x]
+    if parts and machine_s == machine_s and sum(parts) > machine_s + tol:
+        return (f"client + server CPU {sum(parts):.3f} s above the machine's {machine_s:.3f} s "
+                f"(tolerance {tol:.3f} s)")
+    for name, value in (("machine", machine_s), ("client + server", sum(parts) if parts else math.nan)):
+        if value == value and value > cores * wall_s + tol:
+            return (f"{name} CPU {value:.3f} s above {cores} cores x {wall_s:.3f} s wall "
+                    f"(tolerance {tol:.3f} s)")
+    return ""
+
+
+class EdgeCPU(_Periodic):
+    """CPU read at a window's edges by a reader that the load does not hold up.
+
+    A thread of the controlling process (one that only waits for the measured child, or for
+    pgbench) reads, every `interval`, the cumulative CPU (user, system) of each role (`roles`: name
+    -> (pid, tree); a tree counts every descendant too, as `TreeCPU` does, listed again at every
+    reading from the kernel's `children` files: two small /proc files per process) and the machine's busy
+    time, stamping each reading with the midpoint of perf_counter() taken just before and after it
+    (CLOCK_MONOTONIC: one clock for every process of the machine, so the child's window edges are
+    on it). `window()` interpolates every series linearly at the window's edges, so client, server
+    and machine CPU cover the same interval as the window's wall time.
+
+    Readings taken inside the measured process could not: its monitor thread queues for the GIL
+    behind the clients, so a reading meant "just outside" the window came tens of milliseconds
+    late, and server and machine CPU divided by the window's wall time read up to 5 cores on a
+    2-core machine (issue 32). A process that has exited keeps its last reading."""
+
+    def __init__(self, roles: dict[str, tuple[int | None, bool]], interval: float = EDGE_SAMPLE_S):
+        self.interval = interval
+        self._readers: dict[str, _CPUReader] = {role: _CPUReader(pid, tree) for role, (pid, tree) in roles.items()
+                                                if pid}
+        self.samples: dict[str, list[tuple[float, tuple[float, float]]]] = {"machine": []}
+        self._stop = threading.Event()
+
+    def add(self, role: str, pid: int) -> None:
+        """A role started after the reader (the measured child): read from the next tick on."""
+        self._readers[role] = _CPUReader(pid, tree=False)
+
+    def sample(self) -> None:
+        for role, read in [("machine", lambda: (machine_busy_s(), 0.0)),
+                           *((r, reader.read) for r, reader in list(self._readers.items()))]:
+            t0 = time.perf_counter()
+            value = read()
+            self.samples.setdefault(role, []).append(((t0 + time.perf_counter()) / 2, value))
+
+
+    def at(self, role: str, t: float) -> tuple[float, float]:
+        """The role's cumulative (user, system) CPU at perf_counter() time `t`, interpolated between
+        the two readings around it; NaN outside the read span or for a role never read."""
+        pts = self.samples.get(role, [])
+        for (ta, va), (tb, vb) in zip(pts, pts[1:], strict=False):
+            if ta <= t <= tb:
+                f = (t - ta) / (tb - ta) if tb > ta else 0.0
+                return va[0] + f * (vb[0] - va[0]), va[1] + f * (vb[1] - va[1])
+        return math.nan, math.nan
+
+    def window(self, open_at: float, close_at: float) -> dict[str, tuple[float, float]]:
+        """Each role's (user, system) CPU seconds between `open_at` and `close_at` (perf_counter()
+        times); the machine's busy seconds under "machine", in the user slot."""
+        out = {}
+        for role in self.samples:
+            (u0, s0), (u1, s1) = self.at(role, open_at), self.at(role, close_at)
+            out[role] = (u1 - u0, s1 - s0)
+        return out
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every descendant of `pid`, from the kernel's per-thread `children` lists (one small file
+    per process, where psutil's `children()` reads every process of the machine): cheap enough to
+    list a server's backends at each reading, so that none born before a window is first seen
+    inside it with all its earlier CPU."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(x) for x in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+class _CPUReader:
+    """(user, system) CPU of one process, or of a process tree. A lone process keeps its last
+    reading once it has exited; a tree drops an exited member, whose CPU its reaper (a member: the
+    postmaster for PostgreSQL's backends) then counts in its `children_*` times, as in `TreeCPU`."""
+
+    def __init__(self, pid: int, tree: bool):
+        self.root = psutil.Process(pid)
+        self.tree = tree
+        self._members: dict[int, psutil.Process] = {pid: self.root}
+        self._last: dict[int, tuple[float, float]] = {}
+
+    def read(self) -> tuple[float, float]:
+        if self.tree:
+            for pid in _descendants(self.root.pid):
+                if pid not in self._members:
+                    try:
+                        self._members[pid] = psutil.Process(pid)
+                    except psutil.Error:
+                        continue
+        for pid, proc in self._members.items():
+            try:
+                t = proc.cpu_times()
+                self._last[pid] = ((t.user + t.children_user, t.system + t.children_system) if self.tree
+                                   else (t.user, t.system))
+            except psutil.Error:
+                if self.tree and pid != self.root.pid:
+                    self._last.pop(pid, None)
+        for pid in [p for p in self._members if self.tree and p not in self._last and p != self.root.pid]:
+            del self._members[pid]
+        if not self._last:
+            return math.nan, math.nan
+        return sum(u for u, _ in self._last.values()), sum(s for _, s in self._last.values())
 
 
 def find_postmaster(dsn: str | None, known_pids: list[int] | None = None) -> tuple[int | None, str]:

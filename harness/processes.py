@@ -244,10 +244,11 @@ class ChildOutcome:
 
 def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path: Path,
               timeout_s: float, env: dict[str, str] | None = None, python: str | None = None,
-              tail_lines: int = 15) -> ChildOutcome:
+              tail_lines: int = 15, on_start: Callable[[int], None] | None = None) -> ChildOutcome:
     """Run `python -m module SPEC RESULT` for `spec` (a dataclass, or a JSON-able dict), stopped
     after `timeout_s`. `python` is the interpreter (default: this one; another venv's for a client
-    measured on another Python); `tail_lines` of its log are kept in the outcome.
+    measured on another Python); `tail_lines` of its log are kept in the outcome; `on_start` is
+    called with the child's pid as soon as it exists (a CPU reader that watches it).
 
     The spec file lives in a private temporary directory (it may hold credentials) and is removed
     when the child ends.
@@ -261,6 +262,8 @@ def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path:
         proc = start(name, [python or sys.executable, "-m", module, str(spec_path), str(result_path)],
                      log_path, env=dict(env or os.environ, PYTHONUNBUFFERED="1"), cwd=REPO_ROOT)
         try:
+            if on_start is not None:
+                on_start(proc.pid)
             code = proc.wait(timeout_s)
         finally:
             proc.stop()
