@@ -6,6 +6,14 @@ Within one measured window (per-operation samples):
   milliseconds. ``censored_latency_summary`` counts failed operations beside the percentiles and,
   where a failure is a time-out, enters it at the time-out (censored, not dropped), so that a
   percentile that reaches into the failures is a lower bound and is flagged as such.
+- Closed-loop windows (``window_latency_summary``): a window of T seconds keeps as latency samples
+  only the requests that started and ended inside it, and a request of latency L does so with
+  probability (T - L) / T (it falls at a uniform phase), so long requests drop out more and the plain
+  mean and percentiles are biased low. Each kept sample is weighted by T / (T - L) (``edge_weights``,
+  Horvitz-Thompson), giving the weighted (Hajek) mean with its linearised standard error and the
+  weighted percentiles (``weighted_percentiles``: numpy's ``method="inverted_cdf"``, the one method
+  numpy offers with weights: the smallest sample whose cumulative weight reaches q; with equal weights
+  it differs from ``linear`` by less than one gap between neighbouring samples).
 - The HDR histogram (``hdr_histogram``) is used where samples are recorded into a histogram at
   source (the open-loop load generator); its percentiles are HdrHistogram's own, at 3 significant
   digits.
@@ -77,6 +85,64 @@ def latency_summary(latency_s: Sequence[float] | np.ndarray) -> dict[str, float]
     for name, value in zip(PERCENTILES, percentiles(arr)):
         out[f"{name}_ms"] = float(value)
     out["max_ms"] = float(arr.max())
+    return out
+
+
+def edge_weights(latency_s: Sequence[float] | np.ndarray, window_s: float) -> np.ndarray:
+    """Horvitz-Thompson weights T / (T - L) for requests kept because they started and ended inside a
+    window of T = `window_s` seconds: a request of latency L at a uniform random phase lies wholly
+    inside with probability (T - L) / T. A latency of T or more cannot lie inside: ValueError."""
+    lat = np.asarray(latency_s, dtype=float)
+    window = float(window_s)
+    if not window > 0:
+        raise ValueError(f"measured window must be positive, got {window_s!r} s")
+    if lat.size and (np.nanmin(lat) < 0 or np.nanmax(lat) >= window):
+        raise ValueError(f"latencies inside a {window:g} s window lie in [0, {window:g}) s, got "
+                         f"{np.nanmin(lat):g}..{np.nanmax(lat):g} s")
+    return window / (window - lat)
+
+
+def weighted_percentiles(values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray,
+                         qs: Iterable[float] = PERCENTILES.values()) -> np.ndarray:
+    """Percentiles (0-100) of `values` with each value counted `weights` times: the smallest value
+    whose cumulative weight reaches q% of the total (numpy's ``method="inverted_cdf"``, the one
+    method numpy computes with weights). NaN for an empty sample."""
+    arr, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    qs = list(qs)
+    if arr.shape != w.shape:
+        raise ValueError(f"one weight per value: {arr.size} values, {w.size} weights")
+    if arr.size == 0:
+        return np.full(len(qs), np.nan)
+    return np.asarray(np.percentile(arr, np.asarray(qs, dtype=float), weights=w, method="inverted_cdf"))
+
+
+def weighted_mean(values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """(mean, standard error) of `values` weighted by `weights`: sum(w x) / sum(w) (Hajek's ratio
+    estimator) and its linearised standard error, sqrt(sum(w^2 (x - mean)^2)) / sum(w), which is the
+    usual s / sqrt(n) (with ddof 0) when the weights are equal. NaNs for an empty sample."""
+    x, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan
+    total = float(w.sum())
+    mean = float((w * x).sum() / total)
+    return mean, float(np.sqrt((w ** 2 * (x - mean) ** 2).sum()) / total)
+
+
+def window_latency_summary(latency_s: Sequence[float] | np.ndarray, window_s: float) -> dict[str, float]:
+    """latency_summary()'s keys for the requests of a closed-loop window of `window_s` seconds that
+    started and ended inside it, without that selection: mean and percentiles weighted by
+    edge_weights(); min, max and count are the samples'. Adds `mean_se_ms`, the weighted mean's
+    standard error (ms), and `weight_max`, the largest weight (how far the correction reached)."""
+    lat = np.asarray(latency_s, dtype=float)
+    out = latency_summary(lat)
+    if lat.size == 0:
+        out.update(mean_se_ms=math.nan, weight_max=math.nan)
+        return out
+    w = edge_weights(lat, window_s)
+    mean, se = weighted_mean(lat, w)
+    out["mean_ms"], out["mean_se_ms"], out["weight_max"] = 1000.0 * mean, 1000.0 * se, float(w.max())
+    for name, value in zip(PERCENTILES, weighted_percentiles(lat, w)):
+        out[f"{name}_ms"] = 1000.0 * float(value)
     return out
 
 

@@ -10,9 +10,13 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   (stats.throughput); `rps_definition` says which count a row used: runs recorded before
   `completed` existed fall back to `ops`, the requests that also started inside the window
   (`measure.window_completed`). `requests` is that old count, `completed` the new one.
-- p50_ms, p99_ms, mean_ms: latency percentiles of the window's successful requests (those that
-  started and ended inside it: no warm-up request);
-  p99_p50_ratio = p99_ms / p50_ms.
+- p50_ms, p99_ms, mean_ms: latency percentiles and mean of the window's successful requests. The
+  samples are the requests that started and ended inside the window (no warm-up request), which
+  keeps a request of latency L with probability (T - L) / T: each is weighted by T / (T - L)
+  (`stats.window_latency_summary`), so long requests count as often as they occur (unweighted, an
+  unfair pool's heavy tail left asyncpg's mean 6-11% and its p99 6-12% low, medians over repeats,
+  in the reference run 1f2a);
+  mean_se_ms is the weighted mean's standard error; p99_p50_ratio = p99_ms / p50_ms.
 - cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
 - cpu_wait_pct: how long the client's threads were runnable but waiting for a core over the
   window / wall, % of one core (`measure.thread_waits`; NaN for runs recorded before it existed).
@@ -40,7 +44,11 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   client already holds the connection when the releasing one reads its clock, and the hand-over
   counts as in use. With clients always waiting, asyncpg's figure is therefore 1.0.
 - littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
-  with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent).
+  with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent), checked in
+  every window: littles_law_tolerance = LITTLE_BAND (0.03, what the window's edges and the time
+  between a client's requests may leave) + LITTLE_Z (1.96) standard errors of the mean, relative
+  (mean_se_ms / mean_ms: the window's sample count and spread); littles_law_outside is True when
+  |ratio - 1| exceeds it, or the ratio is undefined (tests/test_littles_law.py).
 - ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
 - limit, limit_reason: the seed's decision rule (`limiting_resource`).
 
@@ -89,6 +97,9 @@ from ..measure import window_completed
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
 from . import BUSY, MetricRows, demand_pct
+
+LITTLE_BAND = 0.03   # Little's law in one window: |ratio - 1| <= this + LITTLE_Z standard errors
+LITTLE_Z = 1.96
 
 ASYNCIO_DEFAULT_LOOP = ("asyncio_psycopg", "asyncio_asyncpg")
 MODEL_LABELS = {
@@ -154,10 +165,25 @@ def _db_time_s(calibration: pd.DataFrame) -> float:
     return float(stats.percentiles(calibration["latency_s"].to_numpy(), [50.0])[0])
 
 
-def _latency_fields(lat_s: np.ndarray) -> dict[str, float]:
-    s = stats.latency_summary(lat_s)
-    return {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "mean_ms": s["mean_ms"],
+def _latency_fields(ok: pd.DataFrame, window_s: float) -> dict[str, float]:
+    """Mean and percentiles of a window's samples, weighted against the edge selection. The weights
+    undo one selection, requests that started and ended inside the window (`pg_workload._package`,
+    pg_ceiling's log): samples outside it are an error, never silently over-corrected."""
+    start, lat = ok["start_s"].to_numpy(dtype=float), ok["latency_s"].to_numpy(dtype=float)
+    if len(ok) and start.min() < 0:
+        raise ValueError(f"a latency sample started {-start.min():g} s before its window opened: the edge "
+                         "weights assume the window kept only the requests that started and ended inside it")
+    s = stats.window_latency_summary(lat, window_s)
+    return {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "mean_ms": s["mean_ms"], "mean_se_ms": s["mean_se_ms"],
             "p99_p50_ratio": s["p99_ms"] / s["p50_ms"] if s["p50_ms"] else math.nan}
+
+
+def littles_law_check(mean_ms: float, mean_se_ms: float, littles_law_ms: float) -> dict[str, float | bool]:
+    """One window's Little's law: ratio mean / prediction, its tolerance, and whether it lies outside."""
+    ratio = mean_ms / littles_law_ms if littles_law_ms else math.nan
+    tolerance = LITTLE_BAND + LITTLE_Z * mean_se_ms / mean_ms if mean_ms else math.nan
+    return {"littles_law_ratio": ratio, "littles_law_tolerance": tolerance,
+            "littles_law_outside": not abs(ratio - 1.0) <= tolerance}
 
 
 def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
@@ -184,7 +210,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
         machine_pct = 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"]
         fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
         littles = w["clients"] / rps * 1000.0 if rps else math.nan
-        lat = _latency_fields(ok["latency_s"].to_numpy())
+        lat = _latency_fields(ok, float(w["wall_s"]))
         held_ms = 1000.0 * float((ok["latency_s"] - ok["wait_s"]).mean()) if len(ok) else math.nan
         held_over_db = held_ms / (db_time * 1000.0) if db_time > 0 else math.nan
         pool_busy = w.get("pool_held_s", math.nan) / (w["pool"] * w["wall_s"])
@@ -204,8 +230,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
             "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
             "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
             "held_ms": held_ms, "held_over_db_time": held_over_db, "pool_busy_frac": pool_busy,
-            "littles_law_ms": littles,
-            "littles_law_ratio": lat["mean_ms"] / littles if littles else math.nan,
+            "littles_law_ms": littles, **littles_law_check(lat["mean_ms"], lat["mean_se_ms"], littles),
             "ops_per_client_min": fair["ops_per_task_min"], "ops_per_client_max": fair["ops_per_task_max"],
             "ops_per_client_median": fair["ops_per_task_median"], "jain": fair["jain_index"],
             "limit": limit, "limit_reason": reason,
@@ -235,7 +260,7 @@ def ceiling_table(run: Run) -> pd.DataFrame:
             "repeat": w["repeat"], "variant": w["variant"], "mode": w["mode"], "regime": w["regime"],
             "slow_ms": w["slow_ms"], "clients": w["clients"], "pool_equivalent": w["pool"],
             "transactions": int(w["ops"]), "completed": completed, "rps": rps,
-            "rps_definition": rps_definition, **_latency_fields(ok["latency_s"].to_numpy()),
+            "rps_definition": rps_definition, **_latency_fields(ok, float(w["wall_s"])),
             "tps_reported": _first(rep, "tps_reported"),
             "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
             "cpu_pct": 100.0 * w["cpu_s"] / w["wall_s"],
@@ -424,4 +449,4 @@ def model_label(model: str) -> str:
 
 
 __all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
-           "limiting_resource", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]
+           "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]
