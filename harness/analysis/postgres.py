@@ -28,6 +28,10 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
 - machine_cpu_pct: busy CPU of every process on the machine over the window, % of one core
   (cores x 100 = all busy); other_cpu_pct = machine - client - server: load from anything else
   (other users of a shared machine, the harness itself).
+- cpu_check: '' when the window's client + server <= machine <= cores x wall (within the
+  tolerance of `measure.cpu_consistency`), else the broken inequality; such a window's CPU figures
+  above are NaN (left out of every figure) and `<experiment>.all.cpu_windows_rejected` counts them
+  per repeat. The rule is applied to the stored readings of every run, old ones included.
 - db_time_ms: per-request database time, the median latency of the calibration requests (one
   client, one request at a time, nothing queues): the seed's "per-request database time".
 - pool_bound_rps = pool / db_time: the throughput a pool of that size can carry (seed: "each
@@ -88,12 +92,13 @@ from __future__ import annotations
 
 import math
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..measure import window_completed
+from ..measure import cpu_consistency, window_completed
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
 from . import BUSY, MetricRows, demand_pct
@@ -204,10 +209,9 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
         rps = stats.throughput(completed, float(w["wall_s"]))
         db_time = _db_time_s(c) if len(c) else math.nan
         pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
-        cpu_pct = 100.0 * w["cpu_s"] / w["wall_s"]
-        wait_pct = 100.0 * w.get("cpu_wait_s", math.nan) / w["wall_s"]
-        server_pct = 100.0 * w["server_cpu_s"] / w["wall_s"]
-        machine_pct = 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"]
+        cpu = window_cpu(w, completed, n_cores)
+        cpu_pct, wait_pct = cpu["cpu_pct"], cpu["cpu_wait_pct"]
+        server_pct, machine_pct = cpu["server_cpu_pct"], cpu["machine_cpu_pct"]
         fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
         littles = w["clients"] / rps * 1000.0 if rps else math.nan
         lat = _latency_fields(ok, float(w["wall_s"]))
@@ -222,11 +226,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
             "requests": int(w["ops"]), "completed": completed, "errors": int(w["errors"]),
             "wall_s": w["wall_s"], "rps": rps, "rps_definition": rps_definition,
             **lat,
-            "cpu_pct": cpu_pct, "cpu_wait_pct": wait_pct,
-            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], completed),
-            "server_cpu_pct": server_pct,
-            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], completed),
-            "machine_cpu_pct": machine_pct, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
+            **cpu, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
             "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
             "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
             "held_ms": held_ms, "held_over_db_time": held_over_db, "pool_busy_frac": pool_busy,
@@ -236,6 +236,24 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
             "limit": limit, "limit_reason": reason,
         })
     return pd.DataFrame(rows)
+
+
+def window_cpu(w: pd.Series, completed: int, n_cores: int) -> dict[str, Any]:
+    """A window's CPU figures (client, its wait, server, machine: % of one core and us per request),
+    all NaN when its readings do not fit the machine (`measure.cpu_consistency`, applied to every
+    run's stored readings, those of runs recorded before the edge reader too), with `cpu_check`
+    saying why ('' when they fit)."""
+    wall = float(w["wall_s"])
+    client, server = float(w["cpu_s"]), float(w["server_cpu_s"])
+    machine = float(w.get("machine_busy_s", math.nan))
+    check = cpu_consistency(client, server, machine, wall, n_cores)
+    if check:
+        client = server = machine = math.nan
+    return {"cpu_pct": 100.0 * client / wall, "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / wall,
+            "cpu_us_per_req": stats.cpu_per_op_us(client, completed),
+            "server_cpu_pct": 100.0 * server / wall,
+            "server_cpu_us_per_req": stats.cpu_per_op_us(server, completed),
+            "machine_cpu_pct": 100.0 * machine / wall, "cpu_check": check}
 
 
 def _first(df: pd.DataFrame, col: str) -> float:
@@ -249,6 +267,7 @@ def ceiling_table(run: Run) -> pd.DataFrame:
         return pd.DataFrame()
     samples = run.table("pg_ceiling", "samples")
     reported = run.table("pg_ceiling", "pgbench")
+    n_cores = cores(run)
     rows = []
     for _, w in windows.iterrows():
         key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
@@ -263,12 +282,7 @@ def ceiling_table(run: Run) -> pd.DataFrame:
             "rps_definition": rps_definition, **_latency_fields(ok, float(w["wall_s"])),
             "tps_reported": _first(rep, "tps_reported"),
             "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
-            "cpu_pct": 100.0 * w["cpu_s"] / w["wall_s"],
-            "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / w["wall_s"],
-            "cpu_us_per_req": stats.cpu_per_op_us(w["cpu_s"], completed),
-            "server_cpu_pct": 100.0 * w["server_cpu_s"] / w["wall_s"],
-            "server_cpu_us_per_req": stats.cpu_per_op_us(w["server_cpu_s"], completed),
-            "machine_cpu_pct": 100.0 * w.get("machine_busy_s", math.nan) / w["wall_s"],
+            **window_cpu(w, completed, n_cores),
         })
     return pd.DataFrame(rows)
 
@@ -364,7 +378,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
-          "tps": ("transactions/s", "higher")}
+          "tps": ("transactions/s", "higher"), "cpu_windows_rejected": ("windows", "lower")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
@@ -398,6 +412,8 @@ def metrics(run: Run) -> pd.DataFrame:
             v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
             for q in MODEL_QUANTITIES:
                 put("pg_models", v, q, r["repeat"], r[q], r["limit"])
+        for rep, g in t.groupby("repeat"):      # windows whose CPU did not fit the machine (left out)
+            put("pg_models", "all", "cpu_windows_rejected", rep, int((g["cpu_check"] != "").sum()))
         for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
             base = f"{regime}.pool{int(pool)}"
             by_model = g.set_index("model")
@@ -426,6 +442,8 @@ def metrics(run: Run) -> pd.DataFrame:
             for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
                       "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
                 put("pg_ceiling", v, q, r["repeat"], r[q])
+        for rep, g in c.groupby("repeat"):
+            put("pg_ceiling", "all", "cpu_windows_rejected", rep, int((g["cpu_check"] != "").sum()))
         for (regime, rep), g in c.groupby(["regime", "repeat"]):
             for clients, gc in g.groupby("clients"):
                 put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
