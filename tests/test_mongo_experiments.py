@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from harness import store
@@ -58,9 +59,12 @@ def test_cursor(mongo_run):
         assert r.batches >= 1 and r.max_batch_docs <= (r.batch_size or r.documents), r.variant
     small = s[s.batch_size == min(params["batch_sizes"])].iloc[0]
     assert small.batches >= params["documents"] // small.batch_size
-    assert {"variant", "seq", "offset_s", "lateness_s"} <= set(probe.columns)
+    assert {"variant", "seq", "offset_s", "lateness_s", "span_s", "run_s", "wait_s"} <= set(probe.columns)
     assert set(probe.variant) == set(s.variant)
     assert (probe.lateness_s > -0.001).all() and len(t["probe_idle"]) > 0
+    # each wake-up's own CPU and wait fit in the wall-clock span they were read over
+    assert (probe.run_s >= 0).all() and (probe.wait_s >= 0).all() and (probe.span_s >= probe.lateness_s).all()
+    assert (probe.run_s + probe.wait_s <= probe.span_s + 0.002).all()
     assert len(t["windows"]) == expected and WINDOW_COLUMNS <= set(t["windows"].columns)
     for v, g in probe.groupby("variant"):
         assert g.offset_s.is_monotonic_increasing and len(g) > 0, v
@@ -198,9 +202,24 @@ def test_models_bottleneck_counts_waiting_for_a_core_as_client_demand(mode, clie
     assert mongo.models_bottleneck(mode, client, 60.0, 170.0, cores=2) == "unexplained"  # wait unknown
 
 
+def test_the_stall_figures_split_wall_clock_into_own_cpu_and_wait():
+    """The 10 ms check reads the most own CPU of any wake-up; the wall-clock stall and the wait share
+    of that longest stall stand beside it; a run recorded before the split has no own-CPU figure."""
+    probe = pd.DataFrame({"lateness_s": [0.0001, 0.020, 0.008], "span_s": [0.0011, 0.021, 0.009],
+                          "run_s": [0.0001, 0.006, 0.0085], "wait_s": [0.0, 0.014, 0.0002]})
+    split = mongo.stall_split(probe)
+    assert split["max_ms"] == pytest.approx(20.0) and split["run_max_ms"] == pytest.approx(8.5)
+    assert split["run_max_span_ms"] == pytest.approx(9.0) and split["max_run_ms"] == pytest.approx(6.0)
+    assert split["max_wait_share"] == pytest.approx(0.7)
+    old = mongo.stall_split(probe[["lateness_s"]])
+    assert old["max_ms"] == pytest.approx(20.0) and math.isnan(old["run_max_ms"]) and math.isnan(old["max_wait_share"])
+    assert math.isnan(mongo.stall_split(probe.iloc[:0])["max_ms"])
+
+
 def test_metrics_name_every_seed_quantity(mongo_run):
     m = mongo.named(mongo_run)
     for name in ["mongo_cursor.default.max_stall_ms", "mongo_cursor.batch_size_1000.max_stall_ms",
+                 "mongo_cursor.batch_size_1000.max_stall_run_ms", "mongo_cursor.batch_size_1000.max_stall_wait_share",
                  "mongo_cursor.default.total_s", "mongo_cursor.batch_size_1000.total_s",
                  "mongo_cursor.to_list.max_stall_ms", "mongo_cursor.probe.idle_max_ms",
                  "mongo_pool.bare.max_ms", "mongo_pool.bare.p50_ms", "mongo_pool.bare.p99_9_ms",

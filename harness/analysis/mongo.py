@@ -11,7 +11,13 @@ repeats by dotted name, for printing. Dotted names (`experiment.variant.metric`)
 
 mongo_cursor (V in: default, batch_size_100, batch_size_1000, batch_size_10000, mongodb_batches, to_list;
 mongodb_batches = MongoDB-sized (16 MiB) batches, emulated on FerretDB, whatever batch size that came to)
-- `mongo_cursor.V.max_stall_ms`     longest probe lateness while reading all documents, ms
+- `mongo_cursor.V.max_stall_ms`     longest probe lateness while reading all documents (wall clock), ms
+- `mongo_cursor.V.max_stall_run_ms` longest stall counted in the loop thread's own CPU: the most CPU
+                                    the loop's thread used between two probe wake-ups, ms (the figure
+                                    the seed's 10 ms check reads: what decoding a batch costs, net of
+                                    the wait for a core; NaN for runs before the probe split stalls)
+- `mongo_cursor.V.max_stall_wait_share`  of the longest wall-clock stall, the share spent waiting for
+                                    a core: wait / (run + wait) (ratio)
 - `mongo_cursor.V.p99_stall_ms`     99th percentile of probe lateness, ms
 - `mongo_cursor.V.total_s`          time to read every document, s
 - `mongo_cursor.V.max_batch_docs`   most documents the server sent in one find/getMore reply (count)
@@ -115,6 +121,29 @@ def probe_idle(run: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def stall_split(probe: pd.DataFrame) -> dict[str, float]:
+    """One probe's stalls split into the loop thread's own CPU and its wait for a core
+    (`harness.probe`), in ms: the longest wall-clock stall (`max_ms`) with its wake-up's run, wait
+    and their wait share; and the longest stall counted in own CPU (`run_max_ms`: the wake-up with the
+    most run time) with its wall-clock span. NaN where the probe did not record the split (runs
+    before it did, or no schedstat)."""
+    out = dict.fromkeys(("max_ms", "max_run_ms", "max_wait_ms", "max_wait_share", "run_max_ms",
+                         "run_max_span_ms", "run_max_wait_ms"), np.nan)
+    if probe.empty:
+        return out
+    worst = probe.loc[probe["lateness_s"].idxmax()]
+    out["max_ms"] = 1000.0 * float(worst["lateness_s"])
+    if "run_s" not in probe.columns or probe["run_s"].isna().all():
+        return out
+    run, wait = float(worst["run_s"]), float(worst.get("wait_s", np.nan))
+    out.update(max_run_ms=1000.0 * run, max_wait_ms=1000.0 * wait,
+               max_wait_share=wait / (run + wait) if run + wait > 0 else np.nan)
+    busiest = probe.loc[probe["run_s"].idxmax()]
+    out.update(run_max_ms=1000.0 * float(busiest["run_s"]), run_max_span_ms=1000.0 * float(busiest["span_s"]),
+               run_max_wait_ms=1000.0 * float(busiest.get("wait_s", np.nan)))
+    return out
+
+
 def cursor_summary(run: Run) -> pd.DataFrame:
     samples = run.table("mongo_cursor", "samples")
     probe = run.table("mongo_cursor", "probe")
@@ -123,14 +152,20 @@ def cursor_summary(run: Run) -> pd.DataFrame:
     rows = []
     for _, s in samples.iterrows():
         # s["repeat"], not s.repeat: that is pandas' Series.repeat method
-        lat = probe[(probe.variant == s["variant"]) & (probe["repeat"] == s["repeat"])].lateness_s
-        ls = stats.latency_summary(lat)
+        g = probe[(probe.variant == s["variant"]) & (probe["repeat"] == s["repeat"])]
+        ls = stats.latency_summary(g.lateness_s)
+        split = stall_split(g)
         rows.append({"variant": s["variant"], "repeat": s["repeat"], "method": s.method,
                      "batch_size": "default" if s.batch_size == 0 else int(s.batch_size),
                      "documents": int(s.documents), "ok": bool(s.ok), "total_s": s.latency_s,
                      "docs_per_s": stats.throughput(s.documents, s.latency_s) if s.latency_s > 0 else np.nan,
                      "probe_wakeups": ls["count"], "stall_p50_ms": ls["p50_ms"], "stall_p99_ms": ls["p99_ms"],
-                     "stall_max_ms": ls["max_ms"], "error": s.error, "label": s.get("label"),
+                     "stall_max_ms": ls["max_ms"],
+                     # the longest stall on the loop's own CPU, and the longest wall-clock stall's split
+                     "stall_run_max_ms": split["run_max_ms"], "stall_run_max_span_ms": split["run_max_span_ms"],
+                     "stall_max_run_ms": split["max_run_ms"], "stall_max_wait_ms": split["max_wait_ms"],
+                     "stall_max_wait_share": split["max_wait_share"],
+                     "error": s.error, "label": s.get("label"),
                      "batches": s.get("batches", np.nan), "max_batch_docs": s.get("max_batch_docs", np.nan)})
     return pd.DataFrame(rows)
 
@@ -268,6 +303,8 @@ def unit_better(metric: str) -> tuple[str, str]:
         return "us", "lower"
     if metric.endswith("_cpu_pct") or metric.endswith("_cpu_wait_pct"):
         return "% of a core", ""
+    if metric.endswith("_wait_share"):
+        return "ratio", ""
     if metric.endswith("_ms"):
         return "ms", "lower"
     if metric.endswith("_s"):
@@ -300,6 +337,8 @@ def metrics(run: Run) -> pd.DataFrame:
                 else _cursor_key(r.method, r.batch_size)
             put("mongo_cursor", v, "max_batch_docs", r["repeat"], r.max_batch_docs)
             put("mongo_cursor", v, "max_stall_ms", r["repeat"], r.stall_max_ms)
+            put("mongo_cursor", v, "max_stall_run_ms", r["repeat"], r.stall_run_max_ms)
+            put("mongo_cursor", v, "max_stall_wait_share", r["repeat"], r.stall_max_wait_share)
             put("mongo_cursor", v, "p99_stall_ms", r["repeat"], r.stall_p99_ms)
             put("mongo_cursor", v, "total_s", r["repeat"], r.total_s)
             put("mongo_cursor", "", "documents", r["repeat"], r.documents)

@@ -17,7 +17,8 @@ variant records the batches the server actually sent.
 Variants: `iterate[batch_size=default]`, `iterate[batch_size=N]`, `iterate[batch_size=16MiB]`,
 `to_list[batch_size=default]`; run in `ctx.order()` (reversed on odd repeats).
 Tables: see `tables` below. `samples` holds one row per variant (latency_s = iteration time,
-batches = replies, max_batch_docs = the largest); `probe` one row per probe wake-up;
+batches = replies, max_batch_docs = the largest); `probe` one row per probe wake-up (lateness,
+span, run, wait);
 `probe_idle` the same for the probe alone (its floor); `batching` the document-size sample and the
 batch size it gives.
 Notes: `probe_idle` (the probe's CPU cost while idle).
@@ -34,7 +35,7 @@ from pymongo import monitoring
 from .. import datasets
 from ..measure import error_text
 from ..mongo_workload import DOCUMENTS, async_client, is_ferretdb, note_timeouts, orders, run_async
-from ..probe import LoopProbe, measure_resolution
+from ..probe import SAMPLE_COLUMNS, LoopProbe, measure_resolution, sample_rows
 from .base import Experiment, Metric, Params, grid, variant_id, window_columns
 
 MIB = 1024 * 1024
@@ -103,8 +104,8 @@ class CursorStall(Experiment):
         "samples": {"variant": "str", "method": "str", "batch_size": "int", "label": "str", "task": "int",
                     "start_s": "float", "latency_s": "float", "ok": "bool", "error": "str",
                     "documents": "int", "batches": "int", "max_batch_docs": "int"},
-        "probe": {"variant": "str", "seq": "int", "offset_s": "float", "lateness_s": "float"},
-        "probe_idle": {"seq": "int", "offset_s": "float", "lateness_s": "float"},   # not a variant
+        "probe": {"variant": "str", **SAMPLE_COLUMNS},
+        "probe_idle": dict(SAMPLE_COLUMNS),   # not a variant
         "batching": {"sampled": "int", "avg_doc_bytes": "float", "target_mib": "float", "batch_size": "int",
                      "server": "str"},
         "windows": window_columns(method="str", batch_size="int", label="str", loop="str", driver="str"),
@@ -141,8 +142,7 @@ class CursorStall(Experiment):
         idle = await measure_resolution(p.probe_idle_s, interval_s=p.probe_interval_s) \
             if p.probe_idle_s > 0 else None
         if idle:
-            ctx.record("probe_idle", [{"seq": i, "offset_s": o, "lateness_s": late}
-                                      for i, (o, late) in enumerate(idle["samples"])])
+            ctx.record("probe_idle", sample_rows(idle["samples"]))
             ctx.note("probe_idle", {k: v for k, v in idle.items() if k != "samples"})
         counter = _BatchCounter()
         async with async_client(ctx.servers.mongodb_uri, driver=p.driver, event_listeners=[counter]) as client:

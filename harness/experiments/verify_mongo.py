@@ -12,7 +12,8 @@ warm-up and the per-operation rows are `mongo_pool`'s and `mongo_models'` own
   `bare` at the first pool: CPU per query and tail (section 5, "measure before migrating");
 - `large_read[batch_size=...]` (with `[mongodb.large_read]`): every document the large read returns,
   iterated with `async for`, default batching and each of `batch_sizes`, while a probe task
-  (`harness.probe.LoopProbe`) records how late the loop woke it (section 3, the stalls);
+  (`harness.probe.LoopProbe`) records how late the loop woke it, and the loop thread's own CPU and
+  wait for a core in between (section 3, the stalls);
 - `client_per_request[queries=N]`, `shared_client[queries=N]`: N queries one after another, each on
   a client of its own or all on one shared client (section 1, one client per process);
 - `insert_one[documents=N]`, `insert_many[documents=N]` (only with `allow_writes = true`): N copies
@@ -54,7 +55,7 @@ from ..mongo_workload import (
     run_async,
     threads_variant,
 )
-from ..probe import LoopProbe
+from ..probe import SAMPLE_COLUMNS, LoopProbe
 from ..servers import STUDY_DB, database_pids
 from .base import OTHER_COLUMNS, Context, Experiment, Metric, Params, variant_id, window_columns
 
@@ -147,7 +148,7 @@ class VerifyMongo(Experiment):
         "samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
         "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
                                   semaphore="bool", duration_s="float", **{OTHER_COLUMNS: "any"}),
-        "probe": {"variant": "str", "seq": "int", "offset_s": "float", "lateness_s": "float"},
+        "probe": {"variant": "str", **SAMPLE_COLUMNS},
         "reads": {"variant": "str", "batch_size": "int", "documents": "int", "wall_s": "float", "ok": "bool",
                   "error": "str"},
         "writes": {"variant": "str", "method": "str", "documents": "int", "wall_s": "float", "ok": "bool",
