@@ -361,11 +361,26 @@ def test_machine_dependent_rows_are_flagged():
 
 
 def test_estimates_lie_inside_their_intervals(tmp_path):
+    """Every row judged on an interval has a finite one around its estimate. A share capped at 1
+    (`bound`) has none by design: it is judged on the count of repeats past the reference, and its
+    reason gives that share's interval instead, which must be a proper one inside [0, 1]."""
+    counted = []
     for claim_id in JUDGED_ROWS["claim_id"]:
         row = _row(claim_id)
         r = _evaluate(tmp_path, row, _cases(row)[0][0], LARGE)
-        if r["ci_low"] == r["ci_low"]:   # not NaN
+        assert math.isfinite(r["estimate"]), claim_id
+        if math.isnan(row["bound"]):
+            assert math.isfinite(r["ci_low"]) and math.isfinite(r["ci_high"]), claim_id
             assert r["ci_low"] <= r["estimate"] <= r["ci_high"], claim_id
+            assert r["ci_low"] < r["ci_high"], claim_id   # LARGE noise: never a zero-width interval
+        else:
+            assert math.isnan(r["ci_low"]) and math.isnan(r["ci_high"]), claim_id
+            share = re.search(r"judged on the count, (\d+) of (\d+) .*interval \[([\d.]+), ([\d.]+)\]", r["reason"])
+            assert share, f"{claim_id}: {r['reason']}"
+            k, n, low, high = int(share[1]), int(share[2]), float(share[3]), float(share[4])
+            assert n == len(LARGE) and 0 <= low <= k / n <= high <= 1 and low < high, (claim_id, r["reason"])
+            counted.append(claim_id)
+    assert counted, "no bounded row: the count branch went untested"
 
 
 def test_summary_counts_each_verdict_by_seed(tmp_path):

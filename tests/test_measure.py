@@ -94,10 +94,20 @@ def test_old_runs_fall_back_to_ops_and_say_so():
     assert window_completed({"ops": 5, "completed": math.nan})[1].startswith("started and ended")
 
 
+BUSY = ("import sys, time\nwhile time.process_time() < 0.2:\n    pass\n"
+        "print('burnt', flush=True)\nsys.stdin.read()\n")   # 0.2 s of CPU, then waits for its stdin to close
+
+
 def test_a_process_that_exits_keeps_its_last_reading():
-    child = subprocess.Popen([sys.executable, "-c", "sum(range(3_000_000))"])
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     times = ProcessTimes(child.pid)
+    assert child.stdout.readline().strip() == "burnt"
+    user, system, _ = last = times.read().snapshot()   # after its busy loop, before it exits
+    wall = time.monotonic() - started
+    # one thread busy for 0.2 s of CPU (by its own count): about that much CPU, never more than the wall time
+    assert 0.15 <= user + system <= wall + 0.05, (user, system, wall)
+    child.stdin.close()
     child.wait()
-    before = times.read().snapshot()   # reaped: NoSuchProcess inside, the last reading stays
-    assert times.exited and times.read().snapshot() == before
-    assert before[0] >= 0.0
+    kept = times.read().snapshot()   # reaped: NoSuchProcess inside, the last reading stays
+    assert times.exited and kept == last and times.read().snapshot() == last

@@ -86,8 +86,15 @@ SCHEMA = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", "tas
 
 
 def test_schema_check_accepts_a_table_on_schema():
-    check_table("x", SCHEMA, "samples", pd.DataFrame({"variant": ["a", None], "latency_s": [0.1, 2],
-                                                      "ok": [True, False], "task": [0.0, float("nan")]}))
+    """Missing values, ints in a float column and whole floats in an int column are on schema; the
+    same table with any one column's value of the wrong kind is not (so the check read the values)."""
+    good = {"variant": ["a", None], "latency_s": [0.1, 2], "ok": [True, False], "task": [0.0, float("nan")]}
+    assert check_table("x", SCHEMA, "samples", pd.DataFrame(good)) is None
+    wrong = {"variant": 3, "latency_s": "slow", "ok": "yes", "task": 0.5}
+    for column, value in wrong.items():
+        bad = pd.DataFrame({**good, column: [value, good[column][1]]})
+        with pytest.raises(HarnessError, match=rf"wrong kind: {column} \(not {SCHEMA['samples'][column]}\)"):
+            check_table("x", SCHEMA, "samples", bad)
 
 
 @pytest.mark.parametrize("table, frame, words", [

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT
@@ -457,16 +456,39 @@ def test_cpu_identity_hashes_the_flags_whatever_their_order():
     assert {"machine_id", "boot_id", "cpu_model", "cpu_flags_sha256", "cpu_mhz"} <= set(m)
 
 
-def test_compare_reads_runs_without_raw_tables(tmp_path):
-    """A history run has no raw tables: compare must not try to re-judge it."""
+def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):
+    """A history run has no raw tables: compare must not try to re-judge it. Its verdicts and figures
+    are the stored ones, even where today's rules would judge the stored numbers otherwise: A says
+    `reproduced` for a figure of 0.5 [0.4, 0.6] against a seed's 2.0, B `not reproduced` for 2.1."""
+    from harness import claims, summary
+
+    def rejudged(*_a, **_k):
+        raise AssertionError("compare re-judged a stored run")
+
+    for module, name in ((summary, "build"), (claims, "evaluate"), (claims, "judge"), (claims, "collect_frame")):
+        monkeypatch.setattr(module, name, rejudged)
     a_id, b_id = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
-    _put(tmp_path, "history", a_id, _manifest(a_id), _summary_v1(a_id))
-    _put(tmp_path, "history", b_id, _manifest(b_id, boot="boot-b"), _summary_v1(b_id))
+    wrong = _claim("001-pool-01", "reproduced", value=0.5, ci_low=0.4, ci_high=0.6)
+    a_dir = _put(tmp_path, "history", a_id, _manifest(a_id),
+                 _summary_v1(a_id, metrics=[_metric(median=1000.0, lo=950.0, hi=1050.0)],
+                             claims=[wrong, _claim("001-pool-02", "inconclusive")]))
+    _put(tmp_path, "history", b_id, _manifest(b_id, boot="boot-b"),
+         _summary_v1(b_id, metrics=[_metric(median=1234.0, lo=1200.0, hi=1300.0)],
+                     claims=[_claim("001-pool-01", "not reproduced"), _claim("001-pool-02", "inconclusive")]))
+    stored = (a_dir / "summary.json").read_bytes()
     out = CliRunner().invoke(cli.cli, ["compare", "aaaa", "bbbb", "--data-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert "checked metadata: 1 difference(s)" in out.output and "[differs] machine" in out.output
-    assert isinstance(compare.compare(compare.summary_of(store.open_run(a_id, tmp_path)),
-                                      compare.summary_of(store.open_run(b_id, tmp_path))), pd.DataFrame)
+    assert "1000 [950, 1050]" in out.output and "1234 [1200, 1300]" in out.output   # the stored figures
+    assert "1 between holding (reproduced or equivalent) and not reproduced" in out.output
+    sa, sb = (compare.summary_of(store.open_run(i, tmp_path)) for i in (a_id, b_id))
+    verdicts, counts = compare.compare_verdicts(sa, sb)
+    by_claim = verdicts.set_index("claim")
+    assert (by_claim.at["001-pool-01", "A"], by_claim.at["001-pool-01", "B"]) == ("reproduced", "not reproduced")
+    assert by_claim.at["001-pool-01", "change"] == "OPPOSED" and counts["OPPOSED"] == 1 and counts["same"] == 1
+    figures = compare.compare(sa, sb)
+    assert list(figures[["A", "B"]].iloc[0]) == ["1000 [950, 1050]", "1234 [1200, 1300]"]
+    assert (a_dir / "summary.json").read_bytes() == stored, "compare rewrote a stored summary"
 
 
 def test_summarise_rewrites_the_summary_of_a_run_with_raw_data(smoke_run, tmp_path):
