@@ -229,8 +229,9 @@ def test_limiting_resource_counts_waiting_for_a_core_as_client_demand(model, cpu
 
 
 def test_latency_percentiles_match_an_independent_computation(models_run, tmp_path):
-    """The analysis's p50/p99 per variant equal the same percentiles computed here without numpy
-    (`statistics.quantiles(method="inclusive")` is the same linear rule, Hyndman & Fan type 7)."""
+    """The analysis's p50/p99 per variant equal the same percentiles computed here without numpy:
+    each in-window request weighted by T / (T - L) against the window-edge selection (issue 32), the
+    smallest latency whose cumulative weight reaches q% of the total (the inverted CDF)."""
     import statistics
 
     run = _as_run(models_run, "pg_models", tmp_path)
@@ -238,11 +239,24 @@ def test_latency_percentiles_match_an_independent_computation(models_run, tmp_pa
     s = models_run[2]["samples"]
     assert len(table) > 0
     for _, r in table.iterrows():
-        ms = [x * 1000 for x in s.loc[(s["variant"] == r["variant"]) & s["ok"], "latency_s"]]
-        cuts = statistics.quantiles(ms, n=100, method="inclusive")
-        assert math.isclose(r["p50_ms"], cuts[49], rel_tol=1e-9), r["variant"]
-        assert math.isclose(r["p99_ms"], cuts[98], rel_tol=1e-9), r["variant"]
-    # and the study's one percentile function agrees with it on the raw samples
+        wall = float(r["wall_s"])
+        lat = sorted(s.loc[(s["variant"] == r["variant"]) & s["ok"], "latency_s"])
+        weights = [wall / (wall - x) for x in lat]
+        total = sum(weights)
+
+        def inverted_cdf(q: float, lat=lat, weights=weights, total=total) -> float:
+            acc = 0.0
+            for x, w in zip(lat, weights, strict=True):
+                acc += w
+                if acc >= q / 100 * total * (1 - 1e-12):
+                    return 1000.0 * x
+            return 1000.0 * lat[-1]
+
+        assert math.isclose(r["p50_ms"], inverted_cdf(50), rel_tol=1e-9), r["variant"]
+        assert math.isclose(r["p99_ms"], inverted_cdf(99), rel_tol=1e-9), r["variant"]
+        mean = sum(x * w for x, w in zip(lat, weights, strict=True)) / total
+        assert math.isclose(r["mean_ms"], 1000.0 * mean, rel_tol=1e-9), r["variant"]
+    # and the study's one percentile function agrees with the standard library on raw samples
     one = [x * 1000 for x in s.loc[s["variant"] == s["variant"].iloc[0], "latency_s"]]
     assert math.isclose(stats.percentiles(one, [50])[0], statistics.median(one), rel_tol=1e-9)
 
