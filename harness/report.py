@@ -14,6 +14,11 @@ are hidden unless `keep_code=True`. A notebook that fails does not stop the othe
 copy (with papermill's error banner) is still in the report, the failure is listed at the top of
 the report with the notebook, the cell and the error, and `build()` raises `HarnessError` at the
 end naming every failure.
+
+The kernels talk to the report over IPC (Unix sockets in a private temporary directory), not TCP on
+loopback, and end with a shutdown request, not a SIGINT (`_kernel_manager`): a report that succeeds
+prints no kernel warning or error. A Ctrl-C stops every kernel of the build, those still starting
+included, and no queued notebook starts (`_Kernels`).
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import copy
 import html
 import os
 import re
+import shutil
 import sys
+import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -95,25 +105,110 @@ def notebooks_for(run: Run, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[P
     return chosen
 
 
+class _Kernels:
+    """The kernels of one build, and where their sockets live.
+
+    `stop()` (on Ctrl-C) kills every kernel started so far and makes any later start fail: a worker
+    that was still importing papermill or launching its kernel when the interrupt came would
+    otherwise start a kernel nobody stops, and the build would wait for its notebook to end.
+    """
+
+    def __init__(self) -> None:
+        self.sockets = Path(tempfile.mkdtemp(prefix="harness-kernels-"))
+        self._lock = threading.Lock()
+        self._processes: list[Any] = []   # the kernels' subprocess.Popen objects
+        self._count = 0
+        self.stopped = False
+
+    def __enter__(self) -> _Kernels:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def socket_prefix(self) -> str:
+        """A path prefix no other kernel of this build uses (jupyter_client appends `-<n>`)."""
+        with self._lock:
+            self._count += 1
+            return str(self.sockets / f"k{self._count}")
+
+    def started(self, process: Any) -> bool:
+        """Record a kernel just launched; False once the build is stopped (the caller kills it)."""
+        with self._lock:
+            if not self.stopped:
+                self._processes.append(process)
+            return not self.stopped
+
+    def stop(self) -> None:
+        """No kernel starts from now on, and every running one is killed."""
+        with self._lock:
+            self.stopped = True
+            processes = list(self._processes)
+        for process in processes:
+            try:
+                process.kill()   # Popen.kill: no signal to a process already reaped
+            except OSError:
+                pass
+
+
+def _kernel_manager(kernels: _Kernels) -> type:
+    """A jupyter_client kernel manager for one build's kernels. Unlike the default, it
+    - binds the kernel's sockets to Unix sockets under `kernels.sockets` (transport `ipc`): no port
+      on loopback, and no "Kernel is running over TCP without encryption" warning from each kernel;
+    - shuts a kernel down with the shutdown request alone: jupyter_client interrupts the kernel
+      first, and a SIGINT that lands while the kernel handles a message is logged by ipykernel as
+      `ERROR | KeyboardInterrupt caught in kernel.` after a notebook that ran to the end;
+    - registers each kernel with `kernels`, and refuses to start one once the build is stopped."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class ReportKernelManager(AsyncKernelManager):  # type: ignore[misc]
+        @default("transport")
+        def _default_transport(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _default_ip(self) -> str:
+            return kernels.socket_prefix()
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            if kernels.stopped:
+                raise HarnessError("report interrupted: no kernel started")
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None and not kernels.started(process):
+                process.kill()
+                raise HarnessError("report interrupted while this notebook's kernel started")
+
+        async def _async_interrupt_kernel(self) -> None:
+            if not self.shutting_down:   # shutting down: the shutdown request alone, no SIGINT first
+                await super()._async_interrupt_kernel()
+
+    return ReportKernelManager
+
+
 def execute(notebook: Path, output: Path, run: Run, figures: Path,
-            formats: str = FIGURE_FORMATS) -> Failure | None:
-    """Run one notebook with papermill; the executed copy is written to `output` even on failure."""
+            formats: str = FIGURE_FORMATS, kernels: _Kernels | None = None) -> Failure | None:
+    """Run one notebook with papermill; the executed copy is written to `output` even on failure.
+    `kernels`: the build's (`build()`); a notebook executed on its own gets its own."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     output.parent.mkdir(parents=True, exist_ok=True)
     params = {"run_dir": str(run.path.resolve()), "figures_dir": str(figures),
               "figure_formats": formats}
-    try:
-        papermill.execute_notebook(str(notebook), str(output), parameters=params,
-                                   kernel_name=KERNEL_NAME, cwd=str(notebook.parent),
-                                   progress_bar=False, request_save_on_cell_execute=False,
-                                   execution_timeout=CELL_TIMEOUT_S)
-    except PapermillExecutionError as e:
-        return Failure(notebook.name, e.cell_index, e.exec_count, f"{e.ename}: {e.evalue}",
-                       e.source or "")
-    except Exception as e:  # kernel died, timeout, unreadable notebook: still report, keep going
-        return Failure(notebook.name, None, None, error_text(e, 2000))
+    with nullcontext(kernels) if kernels is not None else _Kernels() as mine:
+        try:
+            papermill.execute_notebook(str(notebook), str(output), parameters=params,
+                                       kernel_name=KERNEL_NAME, cwd=str(notebook.parent),
+                                       progress_bar=False, request_save_on_cell_execute=False,
+                                       execution_timeout=CELL_TIMEOUT_S,
+                                       kernel_manager_class=_kernel_manager(mine))
+        except PapermillExecutionError as e:
+            return Failure(notebook.name, e.cell_index, e.exec_count, f"{e.ename}: {e.evalue}",
+                           e.source or "")
+        except Exception as e:  # kernel died, timeout, unreadable notebook: still report, keep going
+            return Failure(notebook.name, None, None, error_text(e, 2000))
     return None
 
 
@@ -195,19 +290,6 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
     return destination
 
 
-def _stop_kernels() -> None:
-    """Kill the notebooks' kernels (this process's ipykernel children): the threads executing them
-    then return at once, rather than finishing their notebooks before the process can exit."""
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "ipykernel" in " ".join(child.cmdline()):
-                child.kill()
-        except psutil.Error:
-            pass
-
-
 def _without_data_only_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """A copy of `nb` without the outputs that carry only vendor data (`application/vnd.*`, such as
     the tables `notebook.show()` keeps for the tests): HTML cannot show them, and nbconvert warns
@@ -236,21 +318,30 @@ def build(run: Run, keep_code: bool = False, *, figures: str | Path | None = Non
     failures_by_name: dict[str, Failure | None] = {}
     # Side by side, one kernel per core: the notebooks only read the run (figures.save_figure locks
     # the figures' manifest), and the report is built after every measurement, never during one.
-    with tqdm(total=len(chosen), unit="notebook", desc="report", file=sys.stderr) as bar, \
-            ThreadPoolExecutor(max_workers=max(1, min(REPORT_WORKERS, os.cpu_count() or 1))) as pool:
-        futures = {pool.submit(execute, nb, executed_dir / nb.name, run, figs, formats): nb for nb in chosen}
-        try:
-            for done in as_completed(futures):
-                nb, failure = futures[done], done.result()
-                failures_by_name[nb.name] = failure
-                bar.set_description(f"report {nb.stem}")
-                if failure:
-                    bar.write(f"  FAILED {failure}")
-                bar.update(1)
-        except BaseException:   # Ctrl-C, SIGTERM: no further notebook, and the running ones end now
+    workers = max(1, min(REPORT_WORKERS, os.cpu_count() or 1))
+    with tqdm(total=len(chosen), unit="notebook", desc="report", file=sys.stderr) as bar, _Kernels() as kernels:
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:   # from the first submit: a Ctrl-C at any moment reaches the except below
+            futures = {pool.submit(execute, nb, executed_dir / nb.name, run, figs, formats, kernels): nb
+                       for nb in chosen}
+            pending = set(futures)
+            while pending:
+                # A timed wait: the main thread runs Python code at least twice a second, so it acts
+                # on a Ctrl-C even when the signal reached one of the workers' threads.
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    nb, failure = futures[future], future.result()
+                    failures_by_name[nb.name] = failure
+                    bar.set_description(f"report {nb.stem}")
+                    if failure:
+                        bar.write(f"  FAILED {failure}")
+                    bar.update(1)
+        except BaseException:   # Ctrl-C, SIGTERM: no further notebook, and every kernel ends now
             pool.shutdown(wait=False, cancel_futures=True)
-            _stop_kernels()
+            kernels.stop()
             raise
+        finally:
+            pool.shutdown(wait=True)   # after stop(): the workers return as their kernels die
     executed = [(nb, executed_dir / nb.name, failures_by_name[nb.name]) for nb in chosen]
     index = export_html(combine(run, executed, figs, formats, keep_code, report_dir),
                         report_dir / "index.html", keep_code=keep_code)

@@ -264,10 +264,40 @@ def test_tables_kept_for_the_tests_stay_out_of_the_html_without_a_warning(tmp_pa
     assert len(nb.cells[0].outputs) == 2   # the executed notebook (the caller's) keeps both
 
 
-def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path):
-    """Ctrl-C while two notebooks run side by side: no queued notebook starts, the running kernels
-    are stopped, and the process ends within seconds instead of finishing its notebooks (each
-    sleeps 120 s here)."""
+def test_a_report_that_succeeds_prints_nothing_from_its_kernels(tmp_path):
+    """The kernels talk over IPC and end with a shutdown request: no "Kernel is running over TCP
+    without encryption" warning per kernel, no "KeyboardInterrupt caught in kernel" ERROR after a
+    notebook that ran to the end, and no socket left behind."""
+    import sys
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(next((REPO_ROOT / "data" / "reference").glob("*/manifest.json")), run_dir / "manifest.json")
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    for k in range(3):
+        _notebook(nbs / f"0{k}_quick.ipynb", "from ipykernel.connect import get_connection_info\n"
+                                             "print(get_connection_info(unpack=True)['transport'])")
+    sockets = tmp_path / "tmp"
+    sockets.mkdir()
+    code = (f"from harness import report, store\n"
+            f"report.build(store.Run({str(run_dir)!r}), notebooks_dir={str(nbs)!r}, figures={str(tmp_path / 'f')!r})")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(sockets)})
+    assert done.returncode == 0, done.stderr
+    kernel_lines = [line for line in done.stderr.splitlines() if "IPKernelApp" in line or "KeyboardInterrupt" in line]
+    assert not kernel_lines, kernel_lines
+    executed = nbformat.read(run_dir / "report" / "notebooks" / "00_quick.ipynb", as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "ipc"
+    assert not list(sockets.iterdir()), "the kernels' socket directory outlived the report"
+
+
+@pytest.mark.parametrize("moment", ["kernels starting", "kernels running"])
+def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path, moment):
+    """Ctrl-C while two notebooks run side by side, or before their kernels have started (the
+    workers still importing papermill or launching the kernels): no queued notebook starts, no
+    kernel outlives the interrupt, and the process ends within seconds instead of finishing its
+    notebooks (each sleeps 120 s here)."""
     import signal
     import sys
     import time
@@ -282,9 +312,12 @@ def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path):
     nbs.mkdir()
     for k in range(4):
         _notebook(nbs / f"0{k}_slow.ipynb", "import time\ntime.sleep(120)")
-    code = (f"from harness import report, store\n"
+    # Python's own Ctrl-C handler even if this test runs with SIGINT ignored (a background job of
+    # a non-interactive shell): the child would ignore the signal too, and the test would be moot.
+    code = (f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"from harness import report, store\n"
             f"report.build(store.Run({str(run_dir)!r}), notebooks_dir={str(nbs)!r}, figures={str(tmp_path / 'f')!r})")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         parent = psutil.Process(proc.pid)
@@ -299,20 +332,38 @@ def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path):
                     pass
             return found
 
-        deadline = time.monotonic() + 90
-        while len(kernels()) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
+        if moment == "kernels starting":
+            seen = ""
+            while "report" not in seen and proc.poll() is None:   # the progress bar: build() has begun
+                seen += proc.stderr.read(1)
+            assert not kernels(), "the kernels started before the progress bar"
+        else:
+            deadline = time.monotonic() + 90
+            while len(kernels()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert len(kernels()) == 2, "two notebooks should run side by side"
+            time.sleep(2.0)   # both kernels busy in their cell
         running = kernels()
-        assert len(running) == 2, "two notebooks should run side by side"
-        time.sleep(2.0)   # both kernels busy in their cell
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
         proc.wait(timeout=60)
         assert time.monotonic() - started < 20, "the report went on after Ctrl-C"
         assert not [k for k in running if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        # no kernel started after the interrupt either: every kernel names its parent in its environment
+        late = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "ipykernel" in " ".join(p.info["cmdline"] or ()) and \
+                        p.environ().get("JPY_PARENT_PID") == str(proc.pid):
+                    late.append(p)
+            except psutil.Error:
+                pass
+        assert not late, "a kernel outlived the interrupted report"
         executed = {p.name for p in (run_dir / "report" / "notebooks").glob("*.ipynb")}
         assert not executed & {"02_slow.ipynb", "03_slow.ipynb"}, "a queued notebook started after Ctrl-C"
     finally:
         if proc.poll() is None:
+            for k in kernels():
+                k.kill()
             proc.kill()
             proc.wait(timeout=10)
