@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -30,12 +31,28 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
 
 
 class _Progress:
-    """Progress bar over the repeats of a run, plus one line per finished or failed repeat."""
+    """Progress bar over a run's repeats, plus one line per finished or failed repeat. Given the
+    schedule (`order`: experiment and repeat) and `seconds` (`study.repeat_seconds`), the bar counts
+    planned seconds, not repeats: each finished repeat advances it by its experiment's typical
+    repeat, so the ETA weighs a long repeat as long. Without them, `total` repeats count alike."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int = 0, *, order: list[tuple[str, int]] | None = None,
+                 seconds: dict[str, float] | None = None):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="repeat", desc="study", file=sys.stderr, leave=True)
+        self.seconds = seconds or {}
+        self.left = Counter(name for name, _ in order) if order is not None else None   # repeats to go
+        self.done, self.repeats = 0, len(order) if order is not None else total
+        planned = sum(self.seconds.get(name, 1.0) for name, _ in order) if order is not None else total
+        self.bar = tqdm(total=planned, desc="study", file=sys.stderr, leave=True,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
+
+    def _advance(self, name: str, repeats: int) -> None:
+        if self.left is not None:
+            repeats = min(repeats, self.left[name])
+            self.left[name] -= repeats
+        self.done += repeats
+        self.bar.update(repeats * self.seconds.get(name, 1.0))
 
     def __call__(self, kind: str, info: dict) -> None:
         if kind == "run_started":
@@ -44,9 +61,9 @@ class _Progress:
             for role, ident in info.items():
                 self.bar.write(f"  {role}: {ident.get('label')} [{ident.get('source')}] {ident.get('uri')}")
         elif kind == "repeat_started":
-            self.bar.set_description(f"{info['experiment']} r{info['repeat']}")
+            self.bar.set_description(f"{info['experiment']} r{info['repeat']} ({self.done}/{self.repeats} repeats)")
         elif kind == "repeat_finished":
-            self.bar.update(1)
+            self._advance(info["experiment"], 1)
             line = (f"  {info['experiment']} r{info['repeat']}: {info['status']} in {info['seconds']} s"
                     f" ({_cell_counts(info.get('cells', []))})")
             why = info.get("error") or next((f"{c['variant']}: {c['reason']}" for c in info.get("cells", [])
@@ -57,7 +74,8 @@ class _Progress:
         elif kind == "servers_restarted":
             for line in info["restarted"]:
                 self.bar.write(f"  before {info['experiment']}: {line}")
-        elif kind == "experiment_failed":
+        elif kind == "experiment_failed":   # its repeats will not run
+            self._advance(info["experiment"], self.left[info["experiment"]] if self.left is not None else 0)
             self.bar.write(f"  {info['experiment']}: FAILED -- {info['error']}")
 
     def close(self) -> None:
@@ -103,7 +121,8 @@ def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared"
     planned = study.plan(list(names), profile, overrides, repeat)  # fail fast, before the progress bar
     servers.check_targets()
     store.check_writable(data_dir)
-    progress = _Progress(total=len(study.schedule(planned)))
+    progress = _Progress(order=[(p.experiment.name, k) for p, k in study.schedule(planned)],
+                         seconds=study.repeat_seconds(planned))
     try:
         return study.run(list(names), profile, repeat, overrides, data_dir, on_event=progress,
                          python=python, placement=placement)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import environment, processes, registry, servers, store
+from . import config, environment, processes, registry, servers, store
 from .config import PROFILES
 from .errors import HarnessError
 from .experiments.base import Experiment, Params
@@ -85,6 +86,30 @@ def schedule(planned: list[Planned]) -> list[tuple[Planned, int]]:
     """Round-robin: repeat 0 of every experiment, then repeat 1 of those that have one, ..."""
     rounds = max((p.repeats for p in planned), default=0)
     return [(p, k) for k in range(rounds) for p in planned if k < p.repeats]
+
+
+def repeat_seconds(planned: list[Planned], reference: dict[str, Any] | None = None) -> dict[str, float]:
+    """About how long one repeat of each planned experiment takes, for the progress bar's ETA: the
+    median repeat of that experiment in `reference` (a run's manifest; default: the committed
+    reference run's, which records every repeat's seconds), else the median over that run's
+    experiments, else 1 (every repeat alike). Repeats differ tenfold (mongo_client 16 s, departures
+    150 s on the reference machine), so a bar that counts repeats mistakes the short ones' pace for
+    the run's. Only the ratios matter: the bar measures how fast this machine gets through the
+    reference's seconds."""
+    if reference is None:
+        committed = store.list_runs(config.REPO_ROOT / "data", where=("reference",))
+        try:
+            reference = store.Run(Path(committed[-1]["path"])).manifest if committed else {}
+        except HarnessError:
+            reference = {}
+    medians = {}
+    for name, entry in (reference.get("experiments") or {}).items():
+        seconds = [float(r["seconds"]) for r in entry.get("repeats") or []
+                   if isinstance(r.get("seconds"), (int, float)) and r["seconds"] > 0]
+        if seconds:
+            medians[name] = statistics.median(seconds)
+    default = statistics.median(medians.values()) if medians else 1.0
+    return {p.experiment.name: medians.get(p.experiment.name, default) for p in planned}
 
 
 def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
