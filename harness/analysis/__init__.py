@@ -25,6 +25,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..measure import cpu_consistency
+
 METRIC_COLUMNS = ("experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck")
 BUSY = 0.9   # a resource at or above this fraction of its capacity is saturated (every family's rules)
 
@@ -47,6 +49,41 @@ def demand_pct(cpu_pct: float, wait_pct: float) -> float:
     this with the process's capacity; a wait not measured (NaN: older runs, no schedstat) counts 0,
     so such a rule reads CPU alone, as before the wait was measured."""
     return cpu_pct + (0.0 if math.isnan(wait_pct) else wait_pct)
+
+
+def cores(run: Any) -> int:
+    """Cores the run could use (a `store.Run`): its CPU affinity, else the machine's logical count."""
+    machine = run.manifest.get("environment", {}).get("machine", {})
+    affinity = machine.get("cpu_affinity")
+    return len(affinity) if affinity else int(machine.get("cpu_count_logical") or 0)
+
+
+# A window whose CPU readings do not fit the machine (`measure.cpu_consistency`: client + server <=
+# machine <= cores x wall, within its tolerance) loses every CPU figure; each family counts such
+# windows per repeat as `<experiment>.all.cpu_windows_rejected` (unit "windows", lower is better).
+CPU_REJECTED = "cpu_windows_rejected"
+
+
+def fit_cpu(client_s: float, server_s: float, machine_s: float, wall_s: float,
+            cores: int) -> tuple[float, float, float, str]:
+    """One window's (client, server, machine) CPU seconds and its check ('' when they fit the
+    machine, else the broken inequality, `measure.cpu_consistency`): all three NaN when they do not
+    fit, so no figure is built from them. Applied to the stored readings of every run, old ones
+    included. A reading not measured (NaN) is left out of the check and stays NaN."""
+    check = cpu_consistency(client_s, server_s, machine_s, wall_s, cores)
+    if check:
+        return math.nan, math.nan, math.nan, check
+    return client_s, server_s, machine_s, ""
+
+
+def put_cpu_rejected(rows: MetricRows, experiment: str, table: pd.DataFrame) -> None:
+    """`<experiment>.all.cpu_windows_rejected` per repeat: the windows of `table` (one row a window,
+    with `repeat` and `cpu_check`) whose CPU readings did not fit the machine."""
+    if table.empty or "cpu_check" not in table:
+        return
+    for rep, g in table.groupby("repeat"):
+        rows.put(experiment, "all", CPU_REJECTED, "windows", int(rep),
+                 int((g["cpu_check"].fillna("") != "").sum()), "lower")
 
 
 BETTER = ("higher", "lower", "")

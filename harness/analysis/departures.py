@@ -5,6 +5,9 @@ Figures (contract C1; experiment `departures`):
 - variant `<family>_<model>[python=..,placement=..,rtt_ms=..]`, metric `cpu_us_per_req` (client
   process CPU per completed request, us) and `throughput_rps` (req/s), both over the requests that
   ended in the window (`completed`; `ops` for runs recorded before it, see `rps_definition`);
+- `departures.all.cpu_windows_rejected` per repeat: windows whose CPU readings do not fit the
+  machine or the client's own cores (`window_cpu`); their CPU figures are NaN, so no CPU per request
+  and no ratio comes from them;
 - variant `<family>[python=..,placement=..,rtt_ms=..]` (a cell; `,driver=<level>` for a driver level
   other than the lock's), metric `cpu_ratio_<async model>`:
   async / threads client CPU per request in that cell and repeat (mongo: `cpu_ratio_async`);
@@ -48,9 +51,9 @@ from .. import ledger as ledger_file
 from .. import stats
 from ..errors import HarnessError
 from ..experiments.base import variant_id
-from ..measure import window_completed
+from ..measure import cpu_consistency, window_completed
 from ..store import Run
-from . import MetricRows
+from . import MetricRows, cores, fit_cpu, put_cpu_rejected
 
 EXPERIMENT = "departures"
 FACTORS = ("python", "placement", "rtt_ms", "driver")
@@ -86,9 +89,28 @@ def windows(run: Run) -> pd.DataFrame:
     counted = [window_completed(row) for _, row in w.iterrows()]
     w["completed"] = [n for n, _ in counted]
     w["rps_definition"] = [how for _, how in counted]
+    fits = [window_cpu(row, cores(run)) for _, row in w.iterrows()]
+    w["cpu_check"] = [check for *_, check in fits]
+    w["cpu_s"], w["server_cpu_s"], w["machine_busy_s"] = ([f[k] for f in fits] for k in range(3))
     w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, n) for c, n in zip(w["cpu_s"], w["completed"])]
     w["throughput_rps"] = w["completed"] / w["wall_s"]
     return w
+
+
+def window_cpu(w: pd.Series, n_cores: int) -> tuple[float, float, float, str]:
+    """A window's client, server and machine CPU seconds, all NaN with `cpu_check` saying why when
+    they do not fit: the machine's inequality (`analysis.fit_cpu`, on the stored readings of every run;
+    runs before the parent's edge reader have no machine reading, and mongo cells no server one), and
+    the client's own cores, which a `split` cell pins it to (client <= its cores x wall)."""
+    client, server, machine, check = fit_cpu(float(w["cpu_s"]), float(w.get("server_cpu_s", math.nan)),
+                                             float(w.get("machine_busy_s", math.nan)), float(w["wall_s"]), n_cores)
+    own = [c for c in str(w.get("client_cpus") or "").split(",") if c.strip()]
+    if not check and own:
+        check = cpu_consistency(client, math.nan, math.nan, float(w["wall_s"]), len(own))
+        if check:
+            check = f"on the client's {len(own)} core(s): {check}"
+            client = server = machine = math.nan
+    return client, server, machine, check
 
 
 def cells(run: Run) -> pd.DataFrame:
@@ -241,6 +263,7 @@ def verdict(change: float, low: float, high: float, baseline_ratio: float, seed_
 def metrics(run: Run) -> pd.DataFrame:
     rows = MetricRows()
     w = windows(run)
+    put_cpu_rejected(rows, EXPERIMENT, w)
     for _, r in w.iterrows():
         rows.put(EXPERIMENT, r["variant"], "cpu_us_per_req", "us", r["repeat"], r["cpu_us_per_req"], "lower")
         rows.put(EXPERIMENT, r["variant"], "throughput_rps", "req/s", r["repeat"], r["throughput_rps"], "higher")

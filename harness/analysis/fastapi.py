@@ -19,6 +19,10 @@ Definitions (fixed; stated in docs/LOAD_TESTING.md):
   `machine_cpu_pct` (every process on the machine, all cores); `db_cpu_ms_per_request` = database
   CPU in the hold / requests completed in it; `app_cpu_wait_pct`, `db_cpu_wait_pct`: how long the
   app's and the database's threads were runnable but waiting for a core (`measure.CPUSampler`).
+- `cpu_check`: '' when the hold's CPU readings fit the machine (Locust + app + database + proxy <=
+  machine <= cores x hold, within `measure.cpu_consistency`'s tolerance), else the broken
+  inequality; such a hold's CPU figures are NaN (its bottleneck is read without them) and
+  `<experiment>.all.cpu_windows_rejected` counts it per repeat. Applied to every run's stored readings.
 
 Bottleneck (`bottleneck()`; the first rule that holds):
   load_generator   Locust warned of > 90% CPU, or used >= 90% of a core per process
@@ -47,7 +51,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import BUSY, MetricRows, demand_pct, machine_limit, metric_name
+from . import BUSY, MetricRows, demand_pct, fit_cpu, machine_limit, metric_name, put_cpu_rejected
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
@@ -87,6 +91,29 @@ def _pct(cpu_s: Any, wall_s: Any) -> float:
     except (TypeError, ValueError):
         return float("nan")
     return cpu_s / wall_s * 100.0 if wall_s > 0 and not math.isnan(cpu_s) else float("nan")
+
+
+def _float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def hold_cpu(r: dict[str, Any] | pd.Series, wall_s: float) -> dict[str, Any]:
+    """The hold's CPU seconds per role (server = the app, database, locust, proxy, machine) and
+    `check`: '' when they fit the machine (`analysis.fit_cpu`, with Locust as the client and app +
+    database + proxy as the server), else the broken inequality, and then every role's seconds are
+    NaN (no CPU figure, no bottleneck built from them)."""
+    roles = {k: _float(r.get(f"hold_{k}_cpu_s")) for k in ("server", "database", "locust", "proxy")}
+    server = [v for k, v in roles.items() if k != "locust" and not math.isnan(v)]
+    n = _float(r.get("cores"))
+    check = fit_cpu(roles["locust"], sum(server) if server else math.nan, _float(r.get("hold_machine_cpu_s")),
+                    wall_s, int(n) if n > 0 else 1)[3]
+    out: dict[str, Any] = {k: (math.nan if check else v) for k, v in roles.items()}
+    out["machine"] = math.nan if check else _float(r.get("hold_machine_cpu_s"))
+    out["check"] = check
+    return out
 
 
 def bottleneck(r: dict[str, Any] | pd.Series) -> str:
@@ -153,6 +180,7 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
         agg = h[h["name"] == "Aggregated"] if len(h) else h
         c = cells[(cells["repeat"] == key[0]) & (cells["variant"] == key[1])] if len(cells) else cells
         tokens = float(r.get("hold_total_tokens", float("nan")))
+        cpu = hold_cpu(r, wall)
         row = {
             "repeat": key[0], "variant": key[1], "attempt": key[2], "kind": r.get("kind", key[1]),
             "rtt_ms": r.get("rtt_ms"), "path": r.get("path"), "ping_median_ms": r.get("ping_median_ms"),
@@ -168,15 +196,15 @@ def summary_table(run: Run, ok_only: bool = True, experiment: str = EXPERIMENT) 
             "requests": int(len(s)), "failures": int((~s["ok"]).sum()) if len(s) else 0,
             "failure_rate": float((~s["ok"]).mean()) if len(s) else float("nan"),
             "infrastructure_failures": int(s["infrastructure"].sum()) if "infrastructure" in s else 0,
-            "app_cpu_pct": _pct(r.get("hold_server_cpu_s"), wall),
+            "app_cpu_pct": _pct(cpu["server"], wall),
             "app_cpu_wait_pct": _pct(r.get("hold_server_wait_s"), wall),
-            "db_cpu_pct": _pct(r.get("hold_database_cpu_s"), wall),
+            "db_cpu_pct": _pct(cpu["database"], wall),
             "db_cpu_wait_pct": _pct(r.get("hold_database_wait_s"), wall),
-            "locust_cpu_pct": _pct(r.get("hold_locust_cpu_s"), wall),
-            "proxy_cpu_pct": _pct(r.get("hold_proxy_cpu_s"), wall),
-            "machine_cpu_pct": _pct(r.get("hold_machine_cpu_s"), wall),
-            "db_cpu_ms_per_request": (float(r.get("hold_database_cpu_s", float("nan"))) * 1000.0
-                                      / r["hold_ok"]) if r.get("hold_ok") else float("nan"),
+            "locust_cpu_pct": _pct(cpu["locust"], wall),
+            "proxy_cpu_pct": _pct(cpu["proxy"], wall),
+            "machine_cpu_pct": _pct(cpu["machine"], wall),
+            "db_cpu_ms_per_request": (cpu["database"] * 1000.0 / r["hold_ok"]) if r.get("hold_ok") else float("nan"),
+            "cpu_check": cpu["check"],
             "busy_tokens_frac": (float(r.get("hold_busy_tokens_mean", float("nan"))) / tokens
                                  if r.get("app_variant") == "sync" and tokens > 0 else float("nan")),
             "loop_lag_p50_ms": float(r.get("hold_loop_lag_p50_s", float("nan"))) * 1000.0,
@@ -332,6 +360,7 @@ def _put_rows(m: MetricRows, experiment: str, t: pd.DataFrame) -> None:
              "proxy_cpu_pct": ("% of a core", ""),
              "busy_tokens_frac": ("ratio", ""), "loop_lag_p50_ms": ("ms", "lower"),
              "offered_load_ratio": ("ratio", "")}
+    put_cpu_rejected(m, experiment, t)
     for _, r in t.iterrows():
         for q, (unit, better) in units.items():
             m.put(experiment, r["variant"], q, unit, r["repeat"], r[q], better, r["bottleneck"])

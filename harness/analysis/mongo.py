@@ -35,6 +35,8 @@ the other loops/drivers; no suffix = asyncio + PyMongo's AsyncMongoClient, the s
 - `mongo_pool.M.jain_index`         Jain's fairness index of per-task completions (0..1)
 - `mongo_pool.M.errors`             failed operations (count)
 - `mongo_pool.M.max_over_window`    max_ms / the measured window (ratio; 1 = waited the whole run)
+- `mongo_pool.all.cpu_windows_rejected`  windows whose CPU readings did not fit the machine (see
+  "Every closed-loop window" below), per repeat (windows)
 
 mongo_client (suffixes as for mongo_pool)
 - `mongo_client.per_request_ms`     mean time per query with a client created and closed per query, ms
@@ -68,11 +70,21 @@ with the loop/driver suffix as for mongo_pool)
   for a core (% of one core); `.db_cpu_us_per_query` database CPU per query, us. Every mongo_models figure
   carries its window's `bottleneck` (`models_bottleneck`: client_cpu, database_cpu, machine_cpu
   or unexplained)
+- `mongo_models.all.cpu_windows_rejected` windows whose CPU readings did not fit the machine, per repeat
 - `mongo_models.async_poolN.*` (same figures) the pool sweep: the seed's async setup, no semaphore,
   maxPoolSize N; `.ferretdb_pg_conns_max` most PostgreSQL connections FerretDB held (count)
 - `mongo_models.pool_sweep.ferretdb_pg_pool`      FerretDB's own PostgreSQL pool size (count)
 - `mongo_models.pool_sweep.smallest_over_best_qps` throughput at the smallest pool / the sweep's
   highest (ratio: 1 = the smallest pool was highest, the seed's claim); `.best_pool` its pool size
+
+Every closed-loop window (mongo_models, mongo_pool, verify_mongo; `closed_loop_summary`):
+- `cpu_check`: '' when its CPU readings fit the machine (`measure.cpu_consistency`: client +
+  database <= machine <= cores x wall, within its tolerance), else the broken inequality; such a
+  window's CPU figures are NaN, it names no bottleneck, and `<experiment>.all.cpu_windows_rejected`
+  counts it. Applied to the stored readings of every run, old ones included.
+- `in_flight_share`, `littles_law_predicted`, `littles_law_ratio`, `littles_law_tolerance`,
+  `littles_law_outside`: Little's law in the window, allowing for its start and its drain
+  (`littles_law`).
 """
 
 from __future__ import annotations
@@ -85,7 +97,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
-from . import BUSY, MetricRows, demand_pct, machine_limit, metric_name
+from . import BUSY, MetricRows, cores, demand_pct, fit_cpu, machine_limit, metric_name, put_cpu_rejected
 
 SEED_SETUP = ("asyncio", "pymongo")
 
@@ -179,41 +191,94 @@ def _cursor_key(method: str, batch_size) -> str:
 # -------------------------------------------------------------------------- closed-loop workloads
 
 def closed_loop_summary(run: Run, exp: str) -> pd.DataFrame:
+    """One row per variant and repeat of a MongoDB closed loop (mongo_models, mongo_pool,
+    verify_mongo): throughput, latency, fairness, the window's CPU (NaN when its readings do not fit
+    the machine, `cpu_check` saying why: `window_resources`) and its Little's-law check
+    (`littles_law`)."""
     samples = run.table(exp, "samples")
     windows = run.table(exp, "windows")
     if samples.empty:
         return pd.DataFrame()
+    n_cores = cores(run)
     rows = []
     for (variant, rep), g in samples.groupby(["variant", "repeat"], sort=False):
         w = windows[(windows.variant == variant) & (windows.repeat == rep)].iloc[0]
         ok = g[g.ok]
         lat = stats.latency_summary(ok.latency_s)
         fair = stats.fairness_summary(g.task.to_numpy(), int(w.workers))
+        res = window_resources(w, n_cores)
         rows.append({"variant": variant, "repeat": rep, "mode": w["mode"], "loop": w.loop, "driver": w.driver,
                      "pool_size": int(w.pool_size), "workers": int(w.workers), "semaphore": bool(w.semaphore),
                      "ops": int(w.ops), "errors": int((~g.ok).sum()), "wall_s": w.wall_s,
                      "throughput_qps": stats.throughput(int(w.ops), w.wall_s),
-                     "cpu_us_per_query": stats.cpu_per_op_us(w.cpu_s, int(w.ops)),
-                     "cpu_cores_used": w.cpu_s / w.wall_s,
-                     **_resources(w),
+                     **res,
+                     **littles_law(g, int(w.workers), float(w.wall_s), float(w.get("duration_s", np.nan))),
                      **{k: v for k, v in lat.items() if k != "count"},
                      **{k: v for k, v in fair.items() if k != "tasks"}})
     return pd.DataFrame(rows)
 
 
-def _resources(w: pd.Series) -> dict[str, Any]:
-    """A window's CPU as % of one core (client, database, machine) and its limiting resource, when
-    the window measured the database (mongo_models): see `models_bottleneck`."""
-    if "db_cpu_s" not in w or pd.isna(w.get("machine_busy_s")):
-        return {}
-    pct = lambda s: 100.0 * float(s) / w.wall_s if w.wall_s else np.nan  # noqa: E731
-    out = {"client_cpu_pct": pct(w.cpu_s), "client_cpu_wait_pct": pct(w.get("cpu_wait_s", np.nan)),
-           "db_cpu_pct": pct(w.db_cpu_s), "machine_cpu_pct": pct(w.machine_busy_s),
-           "db_cpu_us_per_query": stats.cpu_per_op_us(w.db_cpu_s, int(w.ops)) if not pd.isna(w.db_cpu_s) else np.nan}
-    out["bottleneck"] = models_bottleneck(w["mode"], out["client_cpu_pct"], out["db_cpu_pct"],
-                                          out["machine_cpu_pct"], int(w.get("cores") or 1),
-                                          out["client_cpu_wait_pct"])
+def window_resources(w: pd.Series, n_cores: int) -> dict[str, Any]:
+    """A window's client CPU per query and in cores, its `cpu_check`, and, when the window measured
+    the database (mongo_models, verify_mongo), its CPU as % of one core (client, database, machine)
+    and its limiting resource (`models_bottleneck`). Every CPU figure is NaN when the readings do not
+    fit the machine (`analysis.fit_cpu`: client + database <= machine <= cores x wall), and such a
+    window names no bottleneck ('')."""
+    wall, cores_w = float(w.wall_s), int(w.get("cores") or n_cores or 1)
+    measured = "db_cpu_s" in w and not pd.isna(w.get("machine_busy_s"))
+    client, db, machine, check = fit_cpu(float(w.cpu_s), float(w.get("db_cpu_s", np.nan)),
+                                         float(w.get("machine_busy_s", np.nan)), wall, cores_w)
+    out: dict[str, Any] = {"cpu_us_per_query": stats.cpu_per_op_us(client, int(w.ops)),
+                           "cpu_cores_used": client / wall, "cpu_check": check}
+    if not measured:
+        return out
+    pct = lambda s: 100.0 * float(s) / wall if wall else np.nan  # noqa: E731
+    out.update({"client_cpu_pct": pct(client), "client_cpu_wait_pct": pct(w.get("cpu_wait_s", np.nan)),
+                "db_cpu_pct": pct(db), "machine_cpu_pct": pct(machine),
+                "db_cpu_us_per_query": stats.cpu_per_op_us(db, int(w.ops)) if not pd.isna(db) else np.nan})
+    out["bottleneck"] = "" if check else models_bottleneck(
+        w["mode"], out["client_cpu_pct"], out["db_cpu_pct"], out["machine_cpu_pct"], cores_w,
+        out["client_cpu_wait_pct"])
     return out
+
+
+# Little's law in one MongoDB closed-loop window: |ratio - 1| <= LITTLE_BAND + LITTLE_Z standard errors
+# (the PostgreSQL family's rule, analysis.postgres).
+LITTLE_BAND = 0.03
+LITTLE_Z = 1.96
+
+
+def littles_law(samples: pd.DataFrame, tasks: int, wall_s: float, deadline_s: float) -> dict[str, Any]:
+    """Little's law in one closed-loop window whose operations all start and end inside it (every
+    operation started before `deadline_s` is awaited, then the window closes).
+
+    Observed: the time-average number of operations in flight over the number of tasks,
+    `in_flight_share` = total latency of the window's operations (ok or not) / (tasks x wall).
+    Predicted, allowing for the window's edges: each task is in an operation from its first start
+    until the deadline, then until its last operation returns, a forward recurrence time of the
+    latency with mean E[L^2] / (2 E[L]) (renewal theory; at most the drain, wall - deadline); so
+    `littles_law_predicted` = (deadline - mean first start + that residual) / wall. A window loses the
+    law when operations are missing from its samples, when tasks spent time between operations (their
+    own code, the GIL), or when operations overlap; extra wall time scales both sides and is the
+    throughput form's to see (tests/test_littles_law.py). `littles_law_ratio` = observed / predicted;
+    `littles_law_tolerance` = LITTLE_BAND + LITTLE_Z standard errors of the mean residual over the
+    tasks (relative to wall); `littles_law_outside` flags a window beyond it."""
+    nan = {"in_flight_share": np.nan, "littles_law_predicted": np.nan, "littles_law_ratio": np.nan,
+           "littles_law_tolerance": np.nan, "littles_law_outside": False}
+    lat = samples["latency_s"].to_numpy(float)
+    if not len(lat) or not tasks or not wall_s > 0 or not deadline_s > 0 or not lat.mean() > 0:
+        return nan
+    m1 = lat.mean()
+    residual = min(float(np.mean(lat ** 2)) / (2 * m1), max(wall_s - deadline_s, 0.0))
+    residual_var = max(float(np.mean(lat ** 3)) / (3 * m1) - residual ** 2, 0.0)
+    first = samples.groupby("task")["start_s"].min()
+    start = (float(first.sum()) + (tasks - len(first)) * deadline_s) / tasks   # a task that never started: idle
+    observed = float(lat.sum()) / (tasks * wall_s)
+    predicted = (deadline_s - start + residual) / wall_s
+    ratio = observed / predicted if predicted > 0 else np.nan
+    tolerance = LITTLE_BAND + LITTLE_Z * math.sqrt(residual_var / tasks) / wall_s
+    return {"in_flight_share": observed, "littles_law_predicted": predicted, "littles_law_ratio": ratio,
+            "littles_law_tolerance": tolerance, "littles_law_outside": not abs(ratio - 1.0) <= tolerance}
 
 
 def models_bottleneck(mode: str, client_pct: float, db_pct: float, machine_pct: float, cores: int,
@@ -359,6 +424,7 @@ def metrics(run: Run) -> pd.DataFrame:
             if params.get("duration_s"):
                 rows.put("mongo_pool", v, "max_over_window", "ratio", int(r["repeat"]),
                          r["max_ms"] / (1000.0 * float(params["duration_s"])), "lower")
+        put_cpu_rejected(rows, "mongo_pool", pool_summary(run))
 
     if _has(run, "mongo_client"):
         per: dict[tuple[int, str], dict[str, float]] = {}
@@ -425,6 +491,7 @@ def metrics(run: Run) -> pd.DataFrame:
                     if q in r:
                         unit, better = unit_better(q)
                         rows.put("mongo_models", v, q, unit, int(r["repeat"]), r[q], better, limit)
+        put_cpu_rejected(rows, "mongo_models", summary)
         windows = run.table("mongo_models", "windows")
         if "ferretdb_pg_conns_max" in windows:
             for _, w in windows[~windows.semaphore.astype(bool) & (windows["mode"] == "async")].iterrows():
