@@ -89,27 +89,30 @@ from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part 
     refs,
 )
 from .store import Run
+from .verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the notebooks' badges and bars
+from .verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
+    CONTEXT,
+    DECISIVE,
+    DIRECTION_ONLY,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    JUDGED,
+    NOT_COMPARABLE,
+    NOT_MEASURED,
+    NOT_REPRODUCED,
+    PREMISE_NOT_MET,
+    REPRODUCED,
+    SETUP_DIFFERS,
+    SETUP_SAME,
+    STATUSES,
+    VERDICTS,
+)
+from .verdicts import colour as verdict_colour
 
 ALPHA = stats.ALPHA
 JUDGED_LEVEL = 1 - 2 * ALPHA     # every judged row: one-sided ALPHA on each side, the 90% interval
 SHOWN_LEVEL = stats.CONFIDENCE   # absolute rows, shown and not judged: the 95% interval of any figure
 
-NOT_COMPARABLE = "not comparable"
-EQUIVALENT = "equivalent"
-NOT_REPRODUCED = "not reproduced"
-INCONCLUSIVE = "inconclusive"
-REPRODUCED = "reproduced"
-DIRECTION_ONLY = "direction only"
-NOT_MEASURED = "not measured in this run"
-PREMISE_NOT_MET = "premise not met"
-SETUP_SAME = "setup: same as the seed"
-SETUP_DIFFERS = "setup: differs from the seed"
-CONTEXT = "not a measurement"
-VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY,
-            PREMISE_NOT_MET, NOT_MEASURED)
-JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY)
-DECISIVE = (EQUIVALENT, NOT_REPRODUCED, REPRODUCED, DIRECTION_ONLY)
-STATUSES = VERDICTS + (SETUP_SAME, SETUP_DIFFERS, CONTEXT)
 
 # -- per-repeat figures of a run --------------------------------------------------------------------
 
@@ -569,10 +572,6 @@ def summary(evaluated: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-_COLOURS = {REPRODUCED: "#d7f0dd", EQUIVALENT: "#d7f0dd", DIRECTION_ONLY: "#eef6d0",
-            NOT_REPRODUCED: "#f8d7da", INCONCLUSIVE: "#fdf1d6", NOT_COMPARABLE: "#e3ecfa",
-            PREMISE_NOT_MET: "#ece3f6",
-            NOT_MEASURED: "#eeeeee", SETUP_SAME: "#e3ecfa", SETUP_DIFFERS: "#fdf1d6", CONTEXT: "#ffffff"}
 
 
 def _pfmt(x) -> str:
@@ -594,7 +593,7 @@ def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
         return f"{x:.3g}"
 
     def colour(row):
-        c = _COLOURS.get(row.get("verdict"), "#ffffff")
+        c = verdict_colour(str(row.get("verdict")), background=True)
         return [f"background-color: {c}"] * len(row)
 
     return (df.style.apply(colour, axis=1)

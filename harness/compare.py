@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import calibration, findings, stats, store
+from . import calibration, findings, stats, store, verdicts
 from .analysis import metric_name
 from .errors import HarnessError
 from .store import Run
@@ -124,34 +124,25 @@ def compare_agreement(sa: dict[str, Any], sb: dict[str, Any], exclude: Any = ())
             "normalised": stats.median_relative_change(both["normalised_b"] / both["normalised_a"])}
 
 
-# Verdicts that contradict each other: a claim that holds (`reproduced`, `equivalent`) in one run
-# and is `not reproduced` in the other depends on the run (issue 10's test of two machines); moves
-# into or out of `inconclusive`, `direction only` or `premise not met` are expected with few repeats.
-HOLDS = {"reproduced", "equivalent"}
-OPPOSED_TO_HOLDS = "not reproduced"
-
-
-def opposed(a: str, b: str) -> bool:
-    return (a in HOLDS and b == OPPOSED_TO_HOLDS) or (b in HOLDS and a == OPPOSED_TO_HOLDS)
+ONLY_IN_ONE = "only in one run"
 
 
 def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every measurement claim judged in either run: its verdict in A and B, and whether it moved
-    (`same`, `moved`, or `OPPOSED` for reproduced or equivalent <-> not reproduced);
-    with the counts of each."""
-    def verdicts(s: dict[str, Any]) -> dict[tuple[str, str], str]:
+    (`verdicts.move`: `same`, `same class`, `moved`, or `OPPOSED` for holds <-> fails, as
+    `history --lessons` marks them; `only in one run`); with the counts of each."""
+    def judged(s: dict[str, Any]) -> dict[tuple[str, str], str]:
         return {(c["claim_id"], c.get("interpreter") or ""): c["verdict"] for c in s.get("claims", [])
                 if c.get("kind") == "measurement" and c.get("verdict")
                 and not str(c["verdict"]).startswith("not measured")}
-    va, vb = verdicts(sa), verdicts(sb)
+    va, vb = judged(sa), judged(sb)
     rows = []
     for key in sorted(set(va) | set(vb)):
         a, b = va.get(key, "—"), vb.get(key, "—")
-        change = "same" if a == b else ("OPPOSED" if opposed(a, b) else
-                                        "only in one run" if "—" in (a, b) else "moved")
+        change = ONLY_IN_ONE if "—" in (a, b) else verdicts.move(a, b)
         rows.append({"claim": key[0], "interpreter": key[1], "A": a, "B": b, "change": change})
     df = pd.DataFrame(rows, columns=["claim", "interpreter", "A", "B", "change"])
-    counts = {k: int((df["change"] == k).sum()) for k in ("same", "moved", "OPPOSED", "only in one run")}
+    counts = {k: int((df["change"] == k).sum()) for k in (*verdicts.MOVES, ONLY_IN_ONE)}
     return df, counts
 
 
@@ -484,14 +475,15 @@ def compare_text(run_a: Run, run_b: Run) -> str:
         lines.append(f"agreement over {agree['n']} headline throughputs with a ceiling in both runs: "
                      f"median |B/A - 1| {100 * agree['absolute']:.1f}% absolute, "
                      f"{100 * agree['normalised']:.1f}% normalised")
-    verdicts, counts = compare_verdicts(sa, sb)
-    if len(verdicts):
+    moves, counts = compare_verdicts(sa, sb)
+    if len(moves):
         lines.append("")
-        lines.append(f"verdicts of {len(verdicts)} measurement claims: {counts['same']} the same, "
-                     f"{counts['moved']} moved (into or out of inconclusive, direction only, ...), "
-                     f"{counts['OPPOSED']} between holding (reproduced or equivalent) and not reproduced, "
+        lines.append(f"verdicts of {len(moves)} measurement claims: {counts['same']} the same, "
+                     f"{counts['same class']} another word of the same class (holds / fails / open), "
+                     f"{counts['moved']} moved between classes (into or out of open), "
+                     f"{counts['OPPOSED']} between holding and failing, "
                      f"{counts['only in one run']} judged in one run only")
-        changed = verdicts[verdicts["change"] != "same"]
+        changed = moves[moves["change"] != "same"]
         if len(changed):
             lines.append(changed.to_string(index=False))
     return "\n".join(lines)
@@ -731,8 +723,9 @@ def history_runs(data_dir: Any = None, include_new: bool = False) -> tuple[list[
 def lessons_history_text(records: list[dict[str, Any]]) -> str:
     """The README's findings across runs: per lesson, each run's figure for the lesson's first
     ledger row (a within-run ratio or bound, so runs of different machines compare without
-    normalising) and its verdict. `MOVED` marks a verdict of another class (holds / fails / open)
-    than the previous run's that measured it, `OPPOSED` one that went from holds to fails or back,
+    normalising) and its verdict. Against the previous run that measured it (`verdicts.move`, as
+    `harness compare` classifies a move): `MOVED` marks a verdict of another class (holds / fails /
+    open), `OPPOSED` one that went from holds to fails or back,
     `apart` intervals that do not overlap. A version-1 summary's verdict had no multiple-comparison
     correction: marked `v1`."""
     lines = ["lessons across runs: the figure of each lesson's first ledger row, and its verdict "
@@ -744,15 +737,13 @@ def lessons_history_text(records: list[dict[str, Any]]) -> str:
         prev: dict[str, Any] | None = None
         for i, (rec, rows) in enumerate(zip(records, per_run), 1):
             r = rows[lesson.id]
-            if r["verdict"] == findings.NOT_MEASURED:
+            if r["verdict"] == verdicts.NOT_MEASURED:
                 continue
             marks = []
             if prev is not None:
-                a, b = findings.verdict_class(prev["verdict"]), findings.verdict_class(r["verdict"])
-                if {a, b} == {"holds", "fails"}:
-                    marks.append("OPPOSED")
-                elif a != b:
-                    marks.append("MOVED")
+                moved = verdicts.move(prev["verdict"], r["verdict"])
+                if moved in (verdicts.MOVED, verdicts.OPPOSED):
+                    marks.append(moved.upper())
                 ends = (prev["ci_low"], prev["ci_high"], r["ci_low"], r["ci_high"])
                 if None not in ends and intervals_apart(ends[:2], ends[2:]):
                     marks.append("apart")

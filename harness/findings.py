@@ -2,10 +2,12 @@
 
 A *lesson* is what a seed tells someone writing such code: each "Verify:" line of seeds 001 and
 002, and seed 000's sync-vs-async and mixed-driver lessons. `LESSONS` is that list as data: the
-seed's own words, the seed's figure, the claims ledger rows the lesson rests on (the first is the
-one whose figure and verdict the table shows; the others are counted beside it), and one sentence
-per verdict class on what the outcome means for someone writing such code. Each sentence is
-written for its class, so it stays true whatever figures a run gives within that class.
+seed's own words (the Verify lines from `harness.seed_lines`, which verify's checks quote too), the
+seed's figure, the claims ledger rows the lesson rests on (the first is the one whose figure and
+verdict the table shows; the others are counted beside it), and one sentence per verdict class
+(holds / fails / open, `harness.verdicts`) on what the outcome means for someone writing such code.
+Each sentence is written for its class, so it stays true whatever figures a run gives within that
+class.
 
 The README's findings table is generated, never typed:
 
@@ -32,26 +34,12 @@ from typing import Any
 from . import store
 from .config import REPO_ROOT
 from .errors import HarnessError
+from .seed_lines import LINES
+from .verdicts import NOT_MEASURED, ORDER, PREMISE_NOT_MET, verdict_class  # noqa: F401 -- verdict_class re-exported
 
 README = REPO_ROOT / "README.md"
 START = "<!-- findings:start -->"
 END = "<!-- findings:end -->"
-
-# Verdict classes: what a verdict says about the lesson (verdict strings are summary.json's).
-HOLDS = ("reproduced", "equivalent", "direction only")
-FAILS = ("not reproduced",)
-OPEN = ("inconclusive", "premise not met", "not comparable", "not measured in this run")
-NOT_MEASURED = "not measured in this run"
-
-
-def verdict_class(verdict: str) -> str:
-    """`holds`, `fails` or `open`: which of a lesson's sentences applies to a verdict."""
-    if verdict in HOLDS:
-        return "holds"
-    if verdict in FAILS:
-        return "fails"
-    return "open"
-
 
 @dataclass(frozen=True)
 class Lesson:
@@ -123,8 +111,7 @@ LESSONS: tuple[Lesson, ...] = (
                        "after the first error either way."}),
     Lesson(
         id="001-cursor", seed="001",
-        words=("Verify: every cursor that can return more than a few thousand documents sets batch_size, and a "
-               "probe shows loop stalls below 10 ms while it runs."),
+        words=LINES["001-cursor"],
         seed_figure="longest stall 8.6 ms with batch_size=1000 (410 ms with default batches)",
         measure="longest event-loop stall with batch_size=1000, against 10 ms",
         claims=("001-cursor-02", "001-cursor-01", "001-cursor-03", "001-cursor-05"),
@@ -137,8 +124,7 @@ LESSONS: tuple[Lesson, ...] = (
         figure="findings_mongo_cursor_stalls"),
     Lesson(
         id="001-pool", seed="001",
-        words=("Verify: under a load test with more tasks than connections, the maximum latency is within a "
-               "small multiple of the p99, and per-task completion counts are even."),
+        words=LINES["001-pool"],
         seed_figure="slowest query 4,020 ms bare, 36 ms behind Semaphore(10) (110×); per task 1–2,857 against 153–154",
         measure="slowest query, bare pool / behind a FIFO semaphore",
         claims=("001-pool-13", "001-pool-01", "001-pool-02", "001-pool-03", "001-pool-05", "001-pool-06",
@@ -152,8 +138,7 @@ LESSONS: tuple[Lesson, ...] = (
         figure="findings_mongo_pool_starvation"),
     Lesson(
         id="001-models", seed="001",
-        words=("Verify: the migration's benefit is measured on the real query mix — CPU per query and tail "
-               "latency — not assumed."),
+        words=LINES["001-models"],
         seed_figure="client CPU per query 128 µs async, 221 µs with 32 threads (0.58×)",
         measure="client CPU per query, async client / 32 threads",
         claims=("001-models-02", "001-models-01", "001-models-03", "001-models-04", "001-models-08"),
@@ -165,8 +150,7 @@ LESSONS: tuple[Lesson, ...] = (
                        "query mix before migrating."}),
     Lesson(
         id="002-cpu", seed="002",
-        words=("Verify: the benchmark records client CPU time alongside throughput; without it, the results "
-               "cannot say which side is the bottleneck."),
+        words=LINES["002-cpu"],
         seed_figure="client CPU 85% with threads, 27% with uvloop + asyncpg, at the same throughput (3.1×)",
         measure="client CPU, threads + psycopg / uvloop + asyncpg (10 ms queries, pool 20)",
         claims=("002-slow20-03", "002-slow20-06", "002-slow20-09", "002-slow20-12"),
@@ -178,8 +162,7 @@ LESSONS: tuple[Lesson, ...] = (
                        "beside throughput all the same."}),
     Lesson(
         id="002-pool", seed="002",
-        words=("Verify: throughput is close to pool_size / per-request database time; if so, change the pool "
-               "size or the queries, not the concurrency model."),
+        words=LINES["002-pool"],
         seed_figure="1,734–1,823 req/s for all four models, pool bound 1,818 (slowest / fastest 0.95)",
         measure="throughput, slowest / fastest of the four models (10 ms queries, pool 20)",
         claims=("002-slow20-15", "002-slow20-01", "002-slow20-04", "002-slow20-07", "002-slow20-10"),
@@ -192,8 +175,7 @@ LESSONS: tuple[Lesson, ...] = (
         figure="findings_pg_pool_bound"),
     Lesson(
         id="002-client", seed="002",
-        words=("Verify: if client CPU is at 100% for asyncio or 200% for threads on a GIL build, the client is "
-               "the bottleneck, and more connections will not raise throughput."),
+        words=LINES["002-client"],
         seed_figure="threads with psycopg at 195% CPU: 2,630 req/s with 20 connections, 2,788 with 50 (1.06×)",
         measure="throughput of threads + psycopg, pool 50 / pool 20 (fast queries)",
         claims=("002-fast50-01", "002-fast20-02", "002-fast20-05", "002-fast50-02", "002-slow50-02",
@@ -207,8 +189,7 @@ LESSONS: tuple[Lesson, ...] = (
                        "CPU before resizing the pool."}),
     Lesson(
         id="002-tail", seed="002",
-        words=("Verify: the benchmark reports p99 and the p99/p50 ratio for each driver and pool, and the chosen "
-               "configuration meets the latency objective."),
+        words=LINES["002-tail"],
         seed_figure="p99 160 ms with asyncpg, 44 ms with psycopg async (3.6×), fast queries, pool 20",
         measure="p99, asyncpg / psycopg async (fast queries, pool 20)",
         claims=("002-fast20-15", "002-fast20-14", "002-tail-01", "002-tail-03"),
@@ -220,8 +201,7 @@ LESSONS: tuple[Lesson, ...] = (
                        "you will run."}),
     Lesson(
         id="002-decide", seed="002",
-        words=("Verify: the decision names which resource limited throughput in the benchmark — pool or client "
-               "CPU — and the production pool size matches the tested one."),
+        words=LINES["002-limit"],
         seed_figure="pool 50, 10 ms queries: 3,634 req/s with asyncio + psycopg, 2,435 with threads (1.49×)",
         measure="throughput, asyncio + psycopg / threads (10 ms queries, pool 50)",
         claims=("002-slow50-01", "002-slow50-04", "002-fast20-13"),
@@ -275,7 +255,7 @@ def figure_text(claim: Mapping[str, Any]) -> str:
     est = _num(claim.get("estimate"))
     if est is None:   # nothing to estimate from: say how many repeats ran, and what limited them
         notes = [f"n=0 of {claim['n_ran']}"] if claim.get("n_ran") else []
-        if claim.get("verdict") == "premise not met" and claim.get("bottleneck_measured"):
+        if claim.get("verdict") == PREMISE_NOT_MET and claim.get("bottleneck_measured"):
             notes.append(f"bottleneck measured: {claim['bottleneck_measured']}")
         return "—" + (f" ({'; '.join(notes)})" if notes else "")
     ratio = str(claim.get("seed_unit") or "").startswith("x") or claim.get("comparison") == "equivalence"
@@ -323,8 +303,7 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
 def _rows_text(counts: Mapping[str, int], n: int) -> str:
     if n <= 1:
         return ""
-    order = HOLDS + FAILS + OPEN
-    parts = [f"{counts[v]} {v}" for v in order if counts.get(v)]
+    parts = [f"{counts[v]} {v}" for v in ORDER if counts.get(v)]
     return f"; its {n} ledger rows: " + ", ".join(parts)
 
 

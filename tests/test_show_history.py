@@ -480,7 +480,7 @@ def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert "checked metadata: 1 difference(s)" in out.output and "[differs] machine" in out.output
     assert "1000 [950, 1050]" in out.output and "1234 [1200, 1300]" in out.output   # the stored figures
-    assert "1 between holding (reproduced or equivalent) and not reproduced" in out.output
+    assert "1 between holding and failing" in out.output
     sa, sb = (compare.summary_of(store.open_run(i, tmp_path)) for i in (a_id, b_id))
     verdicts, counts = compare.compare_verdicts(sa, sb)
     by_claim = verdicts.set_index("claim")

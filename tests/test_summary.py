@@ -154,7 +154,7 @@ def test_compare_counts_verdicts_that_move_and_those_that_contradict(tmp_path):
     df, counts = compare.compare_verdicts(compare.summary_of(a), compare.summary_of(b))
     assert dict(zip(df["claim"], df["change"])) == {"x-01": "same", "x-02": "OPPOSED", "x-03": "moved",
                                                     "x-04": "moved", "x-05": "only in one run"}
-    assert counts == {"same": 1, "moved": 2, "OPPOSED": 1, "only in one run": 1}
+    assert counts == {"same": 1, "same class": 0, "moved": 2, "OPPOSED": 1, "only in one run": 1}
 
 
 def test_compare_names_a_run_that_does_not_exist(tmp_path):

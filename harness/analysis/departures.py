@@ -53,6 +53,7 @@ from ..errors import HarnessError
 from ..experiments.base import variant_id
 from ..measure import cpu_consistency, window_completed
 from ..store import Run
+from ..verdicts import CHANGES_RATIO, EXPLAINS, EXPLAINS_PART, MOVES_AWAY, NOT_SHOWN, NOT_SHOWN_FEW
 from . import MetricRows, cores, fit_cpu, put_cpu_rejected
 
 EXPERIMENT = "departures"
@@ -248,15 +249,15 @@ def verdict(change: float, low: float, high: float, baseline_ratio: float, seed_
     gap = math.log(seed_ratio / baseline_ratio) if seed_ratio > 0 and baseline_ratio > 0 else float("nan")
     toward = math.log(change) / gap if change > 0 and gap and math.isfinite(gap) else float("nan")
     if not (math.isfinite(low) and math.isfinite(high)):
-        v = "not shown (too few repeats for an interval)"
+        v = NOT_SHOWN_FEW
     elif low <= 1.0 <= high:
-        v = "not shown"
+        v = NOT_SHOWN
     elif not math.isfinite(gap):
-        v = "changes the ratio (no seed ratio to compare)"
+        v = CHANGES_RATIO
     elif (high < 1.0) == (gap < 0):
-        v = "explains" if toward >= 0.5 else "explains part"
+        v = EXPLAINS if toward >= 0.5 else EXPLAINS_PART
     else:
-        v = "moves away"
+        v = MOVES_AWAY
     return {"toward_seed": toward, "verdict": v}
 
 

@@ -37,6 +37,7 @@ import pandas as pd
 
 from .. import stats
 from ..store import Run
+from ..verdicts import AGREE, DIFFER
 from . import MetricRows
 
 EXPERIMENT = "openloop_check"
@@ -102,7 +103,7 @@ def verdict(o: Mapping[str, Any], v: Mapping[str, Any], *, throughput_tol: float
             sent_tol: float = SENT_TOL, rel_tol: float = LATENCY_REL_TOL,
             abs_ms: float = LATENCY_ABS_MS) -> dict[str, Any]:
     """Compare a Vegeta window `v` with the openloop window `o` at the same rate (rows of
-    `window_figures`): {"verdict": "agree" | "differ", "differs": [figure, ...], "reason": str}."""
+    `window_figures`): {"verdict": AGREE | DIFFER (harness.verdicts), "differs": [figure, ...], "reason": str}."""
     differs = []
     if abs(v["sent"] - o["sent"]) > sent_tol * o["sent"]:
         differs.append("sent")
@@ -112,7 +113,7 @@ def verdict(o: Mapping[str, Any], v: Mapping[str, Any], *, throughput_tol: float
         if not _close(v[f"{q}_ms"], o[f"{q}_ms"], rel_tol, abs_ms):
             differs.append(q)
     if not differs:
-        return {"verdict": "agree", "differs": [], "reason":
+        return {"verdict": AGREE, "differs": [], "reason":
                 f"sent {v['sent']} vs {o['sent']}, throughput {v['throughput_rps']:.1f} vs {o['throughput_rps']:.1f} "
                 f"req/s, p99 {v['p99_ms']:.1f} vs {o['p99_ms']:.1f} ms (Vegeta vs harness.openloop corrected)"}
     reasons = []
@@ -170,7 +171,7 @@ def verdict(o: Mapping[str, Any], v: Mapping[str, Any], *, throughput_tol: float
     if latency and not (math.isnan(gen_o) or math.isnan(gen_v)):
         reasons.append(f"generator CPU {gen_o:.2f} s (openloop) vs {gen_v:.2f} s (Vegeta), on the cores the app "
                        f"and the database use")
-    return {"verdict": "differ", "differs": differs, "reason": "; ".join(reasons)}
+    return {"verdict": DIFFER, "differs": differs, "reason": "; ".join(reasons)}
 
 
 def _frames(run: Run, ok_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -233,7 +234,7 @@ def metrics(run: Run) -> pd.DataFrame:
                   "lower")
     for _, r in verdicts(figs).iterrows():
         v, k = r["vegeta"], int(r["repeat"])
-        m.put(EXPERIMENT, v, "agrees", "flag", k, 1.0 if r["verdict"] == "agree" else 0.0)
+        m.put(EXPERIMENT, v, "agrees", "flag", k, 1.0 if r["verdict"] == AGREE else 0.0)
         m.put(EXPERIMENT, v, "p99_over_openloop", "ratio", k, r["vegeta_p99_ms"] / r["openloop_p99_ms"])
         m.put(EXPERIMENT, v, "throughput_over_openloop", "ratio", k,
               r["vegeta_throughput_rps"] / r["openloop_throughput_rps"])

@@ -52,7 +52,9 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..seed_lines import LINES as SEED_LINES
 from ..store import Run
+from ..verdicts import CHECKS, FAIL, INCONCLUSIVE, PASS
 from . import BUSY, MetricRows
 from .mongo import closed_loop_summary, stall_split
 from .postgres import models_table
@@ -63,28 +65,13 @@ LIMIT_AGREEMENT = 0.8      # share of repeats that must name the same limiting r
 MAX_OVER_P99 = 2.0         # "a small multiple of the p99"
 EVEN = 0.5                 # fewest / most completions per task
 OTHER_LOAD_PCT = 100.0     # other processes' CPU (% of one core) past which a window is not valid
-VERDICTS = ("pass", "fail", "inconclusive")
+VERDICTS = CHECKS
 
-LINES = {
-    "002-pool-bound": "Verify: throughput is close to pool_size / per-request database time; if so, change the "
-                      "pool size or the queries, not the concurrency model.",
-    "002-limit": "Verify: the decision names which resource limited throughput in the benchmark — pool or "
-                 "client CPU — and the production pool size matches the tested one.",
-    "002-tail": "Verify: the benchmark reports p99 and the p99/p50 ratio for each driver and pool, and the "
-                "chosen configuration meets the latency objective.",
-    "002-decide": "Decide: if the database or the pool is the bottleneck, keep the codebase's model; if the "
-                  "client is, asyncio does the same work with a fraction of the CPU.",
-    "001-fairness": "Verify: under a load test with more tasks than connections, the maximum latency is within "
-                    "a small multiple of the p99, and per-task completion counts are even.",
-    "001-stall": "Verify: every cursor that can return more than a few thousand documents sets batch_size, "
-                 "and a probe shows loop stalls below 10 ms while it runs.",
-    "001-client": "Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at "
-                  "shutdown.",
-    "001-bulk": "Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
-                "happen after the first error.",
-    "001-migration": "Verify: the migration's benefit is measured on the real query mix — CPU per query and "
-                     "tail latency — not assumed.",
-}
+# The seed's sentence each check tests (harness.seed_lines: typed once, shared with the findings).
+LINES = {check: SEED_LINES[key] for check, key in (
+    ("002-pool-bound", "002-pool"), ("002-limit", "002-limit"), ("002-tail", "002-tail"),
+    ("002-decide", "002-decide"), ("001-fairness", "001-pool"), ("001-stall", "001-cursor"),
+    ("001-client", "001-client"), ("001-bulk", "001-bulk"), ("001-migration", "001-models"))}
 CHECK_COLUMNS = ("check", "subject", "verdict", "figure", "unit", "estimate", "ci_low", "ci_high", "n",
                  "threshold", "reason", "advice", "line")
 
@@ -137,24 +124,24 @@ def judge_interval(iv: dict[str, Any], limit: float, side: str, dirty: str = "")
     whole interval is on that side, fail when it is all on the other, else inconclusive."""
     why = _unusable(iv["n"], iv["ci_low"], iv["ci_high"], dirty)
     if why:
-        return "inconclusive", iv, why
+        return INCONCLUSIVE, iv, why
     if iv["ci_high"] < limit:
-        return ("pass" if side == "below" else "fail"), iv, f"the 90% interval lies below {limit:g}"
+        return (PASS if side == "below" else FAIL), iv, f"the 90% interval lies below {limit:g}"
     if iv["ci_low"] > limit:
-        return ("pass" if side == "above" else "fail"), iv, f"the 90% interval lies above {limit:g}"
-    return "inconclusive", iv, f"the 90% interval straddles {limit:g}"
+        return (PASS if side == "above" else FAIL), iv, f"the 90% interval lies above {limit:g}"
+    return INCONCLUSIVE, iv, f"the 90% interval straddles {limit:g}"
 
 
 def within(values: Sequence[float], low: float, high: float, dirty: str = "") -> tuple[str, dict[str, Any], str]:
     iv = interval(values)
     why = _unusable(iv["n"], iv["ci_low"], iv["ci_high"], dirty)
     if why:
-        return "inconclusive", iv, why
+        return INCONCLUSIVE, iv, why
     if low <= iv["ci_low"] and iv["ci_high"] <= high:
-        return "pass", iv, f"the 90% interval lies within [{low:.2f}, {high:.2f}]"
+        return PASS, iv, f"the 90% interval lies within [{low:.2f}, {high:.2f}]"
     if iv["ci_high"] < low or iv["ci_low"] > high:
-        return "fail", iv, f"the 90% interval lies outside [{low:.2f}, {high:.2f}]"
-    return "inconclusive", iv, f"the 90% interval crosses an end of [{low:.2f}, {high:.2f}]"
+        return FAIL, iv, f"the 90% interval lies outside [{low:.2f}, {high:.2f}]"
+    return INCONCLUSIVE, iv, f"the 90% interval crosses an end of [{low:.2f}, {high:.2f}]"
 
 
 def _pct(x: float) -> str:
@@ -204,9 +191,9 @@ def pg_checks(run: Run) -> list[dict[str, Any]]:
         subject = f"{model}, pool {int(pool)}"
         dirty = _dirty(g, "errors", "other_cpu_pct")
         verdict, iv, why = within(g["pool_bound_frac"], BUSY, 1 / BUSY, dirty)
-        advice = {"pass": "The pool decides: change the pool size or the queries, not the concurrency model.",
-                  "fail": "Throughput is not at the pool's bound: the pool does not decide here (see 002-limit).",
-                  "inconclusive": "Run more repeats or a longer window to tell."}[verdict]
+        advice = {PASS: "The pool decides: change the pool size or the queries, not the concurrency model.",
+                  FAIL: "Throughput is not at the pool's bound: the pool does not decide here (see 002-limit).",
+                  INCONCLUSIVE: "Run more repeats or a longer window to tell."}[verdict]
         rows.append(_row("002-pool-bound", subject, verdict, "rps / (pool / db_time)", "ratio", iv,
                          f"[{BUSY:.2f}, {1 / BUSY:.2f}]", why, advice))
         rows.append(_limit_row(g, subject, pools, production, dirty))
@@ -214,14 +201,14 @@ def pg_checks(run: Run) -> list[dict[str, Any]]:
         p99_note = f"p99/p50 {_f(ratio['estimate'])} {_bounds(ratio)}"
         if objective:
             verdict, iv, why = below(g["p99_ms"], float(objective), dirty)
-            advice = {"pass": f"p99 meets the {objective:g} ms objective ({p99_note}).",
-                      "fail": f"p99 misses the {objective:g} ms objective ({p99_note}): bound the waiters or "
+            advice = {PASS: f"p99 meets the {objective:g} ms objective ({p99_note}).",
+                      FAIL: f"p99 misses the {objective:g} ms objective ({p99_note}): bound the waiters or "
                               "size the pool for the tail.",
-                      "inconclusive": f"Not clear of the {objective:g} ms objective ({p99_note})."}[verdict]
+                      INCONCLUSIVE: f"Not clear of the {objective:g} ms objective ({p99_note})."}[verdict]
             rows.append(_row("002-tail", subject, verdict, "p99", "ms", iv, f"< {objective:g} ms", why, advice))
         else:
             iv = interval(g["p99_ms"])
-            rows.append(_row("002-tail", subject, "inconclusive", "p99", "ms", iv, "no objective",
+            rows.append(_row("002-tail", subject, INCONCLUSIVE, "p99", "ms", iv, "no objective",
                              "the workload file gives no load.p99_objective_ms", f"Set one to judge ({p99_note})."))
     for pool, g in t.groupby("pool", sort=False):
         rows.append(_decide_row(g, int(pool)))
@@ -239,22 +226,22 @@ def _limit_row(g: pd.DataFrame, subject: str, pools: list[int], production: int 
     iv = {"estimate": k / n, "ci_low": math.nan, "ci_high": math.nan, "n": n}
     threshold = f">= {LIMIT_AGREEMENT:.0%} of repeats"
     if production is not None and production not in pools:
-        return _row("002-limit", subject, "fail", f"limit: {limit}", "share of repeats", iv, threshold,
+        return _row("002-limit", subject, FAIL, f"limit: {limit}", "share of repeats", iv, threshold,
                     f"load.production_pool {production} is not among the pools tested ({pools})",
                     f"Test the pool production runs ({production} connections).")
     if dirty or n < MIN_REPEATS:
         why = dirty or f"{n} repeat{'s' if n != 1 else ''}: at least {MIN_REPEATS} are needed"
-        return _row("002-limit", subject, "inconclusive", f"limit: {limit}", "share of repeats", iv, threshold,
+        return _row("002-limit", subject, INCONCLUSIVE, f"limit: {limit}", "share of repeats", iv, threshold,
                     why, "Run more repeats.")
     reason = "; ".join(g.loc[g["limit"] == limit, "limit_reason"].head(1))
     if limit == "not identified" and k / n >= LIMIT_AGREEMENT:
-        return _row("002-limit", subject, "fail", f"limit: {limit}", "share of repeats", iv, threshold, reason,
+        return _row("002-limit", subject, FAIL, f"limit: {limit}", "share of repeats", iv, threshold, reason,
                     "No resource was saturated: the load may be too light (more clients) or the limit is "
                     "outside what is measured (locks, the network, a server elsewhere).")
     if k / n >= LIMIT_AGREEMENT:
-        return _row("002-limit", subject, "pass", f"limit: {limit}", "share of repeats", iv, threshold,
+        return _row("002-limit", subject, PASS, f"limit: {limit}", "share of repeats", iv, threshold,
                     f"{k} of {n} repeats: {reason}", f"The limiting resource is {limit}.")
-    return _row("002-limit", subject, "inconclusive", f"limit: {limit}", "share of repeats", iv, threshold,
+    return _row("002-limit", subject, INCONCLUSIVE, f"limit: {limit}", "share of repeats", iv, threshold,
                 f"only {k} of {n} repeats name {limit}", "The limit moves between repeats: run longer windows.")
 
 
@@ -280,19 +267,19 @@ def _decide_row(g: pd.DataFrame, pool: int) -> dict[str, Any]:
     subject = f"pool {pool}"
     figure = f"CPU per request, {best[0]} / threads" if best else "CPU per request"
     if len(named) < len(limits) or any(v == "not identified" for v in named.values()):
-        return _row("002-decide", subject, "inconclusive", figure, "ratio", iv, "a limit for every model",
+        return _row("002-decide", subject, INCONCLUSIVE, figure, "ratio", iv, "a limit for every model",
                     "the limiting resource is not identified for every model", share_text or "—")
     if all(v == "pool" for v in named.values()):
-        return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model",
+        return _row("002-decide", subject, PASS, figure, "ratio", iv, "a limit for every model",
                     "every model is pool-bound",
                     "The pool decides: keep the codebase's concurrency model; size the pool or speed up the "
                     f"queries. ({share_text})" if share_text else "The pool decides: keep the concurrency model.")
     if named.get(threads) == "client CPU":
-        return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model",
+        return _row("002-decide", subject, PASS, figure, "ratio", iv, "a limit for every model",
                     "the threads model is bound by its own CPU",
                     f"The client decides: {share_text}. Move the hot path to the cheapest model.")
     summary = ", ".join(f"{m}: {v}" for m, v in sorted(named.items()))
-    return _row("002-decide", subject, "pass", figure, "ratio", iv, "a limit for every model", summary,
+    return _row("002-decide", subject, PASS, figure, "ratio", iv, "a limit for every model", summary,
                 f"Limits: {summary}. {share_text}." if share_text else f"Limits: {summary}.")
 
 
@@ -349,17 +336,17 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
             dirty = _dirty(g, "errors", "other_cpu_pct")
             v_tail, iv_tail, why_tail = below(g["max_over_p99"], MAX_OVER_P99, dirty)
             v_even, iv_even, why_even = above(g["fewest_over_most"].fillna(0.0), EVEN, dirty)
-            verdict = ("fail" if "fail" in (v_tail, v_even) else
-                       "pass" if (v_tail, v_even) == ("pass", "pass") else "inconclusive")
+            verdict = (FAIL if FAIL in (v_tail, v_even) else
+                       PASS if (v_tail, v_even) == (PASS, PASS) else INCONCLUSIVE)
             semaphore = g["semaphore"].iloc[0]
             fix = ("Starved tasks: put a FIFO asyncio.Semaphore sized to maxPoolSize in front of the client."
                    if not semaphore else "Still unfair behind the semaphore: fewer tasks or a larger pool.")
-            advice = {"pass": "The pool is fair at this concurrency.", "fail": fix,
-                      "inconclusive": "Run more repeats or a longer window to tell."}[verdict]
+            advice = {PASS: "The pool is fair at this concurrency.", FAIL: fix,
+                      INCONCLUSIVE: "Run more repeats or a longer window to tell."}[verdict]
             reason = (f"max/p99 {_f(iv_tail['estimate'])} {_bounds(iv_tail)} ({v_tail}: {why_tail}); "
                       f"fewest/most per task {_f(iv_even['estimate'])} {_bounds(iv_even)} ({v_even}: {why_even})")
             # the figure shown is the one that decided: the evenness when the tail alone would pass
-            even_decides = v_even == "fail" or (v_tail == "pass" and v_even != "pass")
+            even_decides = v_even == FAIL or (v_tail == PASS and v_even != PASS)
             figure, iv = (("fewest / most completions per task", iv_even) if even_decides
                           else ("max / p99", iv_tail))
             rows.append(_row("001-fairness", str(variant), verdict, figure, "ratio", iv,
@@ -374,29 +361,29 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
                                    threads.set_index("repeat")["p99_ms"].to_dict())
             dirty = _dirty(pd.concat([first, threads]), "errors", "other_cpu_pct")
             verdict, iv, reason = judge_interval(iv, 1.0, "below", dirty)
-            if verdict != "inconclusive":
+            if verdict != INCONCLUSIVE:
                 reason += f": the async client's CPU per query is {'lower' if verdict == 'pass' else 'higher'}"
             tail_text = f"p99 async/threads {_f(tail['estimate'])} {_bounds(tail)}"
-            advice = {"pass": f"Migrating saves CPU per query on this query; {tail_text}.",
-                      "fail": f"Migrating costs CPU per query on this query; {tail_text}. Keep the threads.",
-                      "inconclusive": f"No clear CPU benefit; {tail_text}."}[verdict]
+            advice = {PASS: f"Migrating saves CPU per query on this query; {tail_text}.",
+                      FAIL: f"Migrating costs CPU per query on this query; {tail_text}. Keep the threads.",
+                      INCONCLUSIVE: f"No clear CPU benefit; {tail_text}."}[verdict]
             subject = f"async pool {int(first['pool_size'].iloc[0])} vs {int(threads['workers'].iloc[0])} threads"
             rows.append(_row("001-migration", subject, verdict, "CPU per query, async / threads", "ratio", iv,
                              "< 1", reason, advice))
     rows += _ratio_row(run, "clients", "queries", "client_per_request", "shared_client", "001-client",
                        "time per query, a client per request / shared", "a shared client",
-                       {"pass": "Construct one AsyncMongoClient per process and share it: a client per request "
+                       {PASS: "Construct one AsyncMongoClient per process and share it: a client per request "
                                 "pays a connection and handshake on every query here.",
-                        "fail": "A client per request was not slower here; share one all the same (pools, "
+                        FAIL: "A client per request was not slower here; share one all the same (pools, "
                                 "monitoring threads).",
-                        "inconclusive": "Run more repeats or more queries to tell."})
+                        INCONCLUSIVE: "Run more repeats or more queries to tell."})
     rows += _ratio_row(run, "writes", "documents", "insert_one", "insert_many", "001-bulk",
                        "time per document, insert_one / insert_many", "bulk writes",
-                       {"pass": "Load with insert_many or bulk_write; choose `ordered` by what should follow a "
+                       {PASS: "Load with insert_many or bulk_write; choose `ordered` by what should follow a "
                                 "first error.",
-                        "fail": "Bulk writes did not pay here: check the server's write path before changing "
+                        FAIL: "Bulk writes did not pay here: check the server's write path before changing "
                                 "the loader.",
-                        "inconclusive": "Run more repeats or more documents to tell."})
+                        INCONCLUSIVE: "Run more repeats or more documents to tell."})
     s = stalls(run)
     large = (body.get("mongodb") or {}).get("large_read") or {}
     limit = float(large.get("stall_limit_ms", 10.0))
@@ -406,9 +393,9 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
         # counts the loop thread's wait for a core, which is the machine's load, not the batch size
         verdict, iv, why = below(g["max_stall_run_ms"], limit, dirty)
         size = int(g["batch_size"].iloc[0])
-        advice = {"pass": f"Batching {'by default' if not size else f'of {size}'} keeps the loop responsive.",
-                  "fail": "Set a smaller batch_size on this cursor (and a matching limit for pages).",
-                  "inconclusive": "Run more repeats to tell."}[verdict]
+        advice = {PASS: f"Batching {'by default' if not size else f'of {size}'} keeps the loop responsive.",
+                  FAIL: "Set a smaller batch_size on this cursor (and a matching limit for pages).",
+                  INCONCLUSIVE: "Run more repeats to tell."}[verdict]
         share = g["max_stall_wait_share"].median()
         wall = (f"; wall-clock longest stall {g['max_stall_ms'].median():.1f} ms"
                 + (f", {100 * share:.0f}% of it waiting for a core" if not math.isnan(share) else ""))
@@ -432,7 +419,7 @@ def _ratio_row(run: Run, table: str, count: str, slow: str, fast: str, check: st
                          t[t["method"] == fast].set_index("repeat")["us_per"].to_dict())
     verdict, iv, reason = judge_interval(iv, 1.0, "above",
                                          "" if t["ok"].all() else f"the {table} check failed in a repeat")
-    if verdict != "inconclusive":
+    if verdict != INCONCLUSIVE:
         reason += f": {what} {'faster' if verdict == 'pass' else 'slower'} on this server"
     subject = f"{int(t[count].iloc[0])} {count}" + (", scratch collection" if table == "writes" else "")
     return [_row(check, subject, verdict, figure, "ratio", iv, "> 1", reason, advice[verdict])]
