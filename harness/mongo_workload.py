@@ -503,7 +503,13 @@ def _window(ctx: Any, variant: str, backend: BackendConnections | None, db: Data
 @contextmanager
 def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | None = None) -> Iterator[None]:
     """Over a window: the most backend connections FerretDB held (with `backend`), and the
-    database's and the whole machine's CPU (with `db`): what names the window's bottleneck."""
+    database's and the whole machine's CPU (with `db`): what names the window's bottleneck.
+
+    The readings sit at the window's edges, in the experiment's own thread, when no operation runs:
+    the window opens after the warm-up has drained and closes once its last operation has returned,
+    so nothing of the load holds the reading up (unlike a monitor thread during the load, issue 32).
+    The machine is read next to the window's clock (last before it opens, first after it closes), so
+    it does not count the database reading, a scan of the process list, that brackets it."""
     if backend is not None:
         backend.start()
     db0, machine0 = (db.read(), machine_busy_s()) if db is not None else (float("nan"), float("nan"))
@@ -511,7 +517,8 @@ def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | No
         yield
     finally:
         if db is not None:
-            window.fields.update(db_cpu_s=db.read() - db0, machine_busy_s=machine_busy_s() - machine0,
+            machine1 = machine_busy_s()
+            window.fields.update(db_cpu_s=db.read() - db0, machine_busy_s=machine1 - machine0,
                                  cores=os.cpu_count() or 1)
         if backend is not None:
             window.fields["ferretdb_pg_conns_max"] = backend.stop()
