@@ -46,7 +46,10 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   differs by driver: a psycopg connection is idle from its return to the pool until the next
   waiting client picks it up; an asyncpg release finishes in a task of its own, so the next
   client already holds the connection when the releasing one reads its clock, and the hand-over
-  counts as in use. With clients always waiting, asyncpg's figure is therefore 1.0.
+  counts as in use. With clients always waiting, asyncpg's figure is therefore 1.0. This is the
+  client's view: a connection handed to a client that the loop has not yet run counts as in use.
+  Which resource limits is read against capacity at the connection instead: pool_bound_frac, the
+  share of the pool's connection time the server spent on requests (`limiting_resource`).
 - littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
   with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent), checked in
   every window: littles_law_tolerance = LITTLE_BAND (0.03, what the window's edges and the time
@@ -98,10 +101,10 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..measure import cpu_consistency, window_completed
+from ..measure import window_completed
 from ..pg_workload import MODELS, SEED_MODELS
 from ..store import Run
-from . import BUSY, MetricRows, demand_pct
+from . import BUSY, MetricRows, cores, demand_pct, fit_cpu, put_cpu_rejected
 
 LITTLE_BAND = 0.03   # Little's law in one window: |ratio - 1| <= this + LITTLE_Z standard errors
 LITTLE_Z = 1.96
@@ -116,11 +119,15 @@ MODEL_LABELS = {
 }
 
 
-def cores(run: Run) -> int:
-    """Cores the run could use: its CPU affinity, else the machine's logical count."""
-    machine = run.manifest.get("environment", {}).get("machine", {})
-    affinity = machine.get("cpu_affinity")
-    return len(affinity) if affinity else int(machine.get("cpu_count_logical") or 0)
+# The figures each bottleneck label reads (`limiting_resource`): a claim judged under a premise
+# naming a label must not test one of them (the premise would select on the figure it gates).
+LABEL_READS: dict[str, tuple[str, ...]] = {
+    "pool": ("rps", "pool_bound_rps", "pool_bound_frac", "db_time_ms"),
+    "client cpu": ("cpu_pct", "cpu_wait_pct", "cpu_us_per_req"),
+    "machine cpu": ("machine_cpu_pct", "cpu_pct", "server_cpu_pct", "other_cpu_pct"),
+    "not identified": ("rps", "pool_bound_rps", "pool_bound_frac", "cpu_pct", "cpu_wait_pct", "machine_cpu_pct",
+                       "server_cpu_pct", "pool_busy_frac"),
+}
 
 
 def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
@@ -137,11 +144,15 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 the window was never idle, it only shared its core with the server
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
-    pool        the connections were in use >= 90% of the window (`pool_busy_frac`, measured; NaN
-                skips this step): every connection was taken, so more would carry more, even
-                though each request held its connection longer than db_time
-                (`held_over_db_time`) and throughput stays under the seed's bound
-    otherwise   "not identified", with the figures that ruled the others out
+    otherwise   "not identified", with the figures that ruled the others out; where the client
+                kept the connections >= 90% of the window (`pool_busy_frac`) while the server
+                worked on them less (`rps / pool_bound`), the reason says so: the connections
+                waited on the client. That is no pool limit: with more clients than connections,
+                and an asyncpg hand-over that counts as held, the client's view is near 100%
+                whatever limits (issue 32), so it names no resource.
+
+    Each label reads only these figures (`LABEL_READS`), so a claim about another figure may use it
+    as a premise; a claim about one of them may not (`claims` refuses such a ledger row).
     """
     frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
     if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
@@ -156,11 +167,12 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if not math.isnan(busy) and busy >= BUSY * 100.0 * n_cores:
         return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
                                f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
-    if pool_busy_frac >= BUSY:
-        return "pool", (f"connections in use {pool_busy_frac:.0%} of the window, each held "
-                        f"{held_over_db_time:.2f}x as long per request as by one client alone "
-                        f"({frac:.0%} of the pool bound)")
     server = "unknown" if math.isnan(server_cpu_pct) else f"{server_cpu_pct:.0f}%"
+    if pool_busy_frac >= BUSY:
+        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window but busy "
+                                  f"at the server {frac:.0%} (each held {held_over_db_time:.2f}x its database "
+                                  f"time): they waited on the client; client {cpu_pct:.0f}%, server {server}, "
+                                  f"machine {busy:.0f}% of {100 * n_cores}%")
     busy_pool = "" if math.isnan(pool_busy_frac) else f", connections in use {pool_busy_frac:.0%}"
     return "not identified", (f"{frac:.0%} of pool bound{busy_pool}, client {cpu_pct:.0f}%, server {server}, "
                               f"machine {busy:.0f}% of {100 * n_cores}%")
@@ -246,9 +258,7 @@ def window_cpu(w: pd.Series, completed: int, n_cores: int) -> dict[str, Any]:
     wall = float(w["wall_s"])
     client, server = float(w["cpu_s"]), float(w["server_cpu_s"])
     machine = float(w.get("machine_busy_s", math.nan))
-    check = cpu_consistency(client, server, machine, wall, n_cores)
-    if check:
-        client = server = machine = math.nan
+    client, server, machine, check = fit_cpu(client, server, machine, wall, n_cores)
     return {"cpu_pct": 100.0 * client / wall, "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / wall,
             "cpu_us_per_req": stats.cpu_per_op_us(client, completed),
             "server_cpu_pct": 100.0 * server / wall,
@@ -378,7 +388,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
-          "tps": ("transactions/s", "higher"), "cpu_windows_rejected": ("windows", "lower")}
+          "tps": ("transactions/s", "higher")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
@@ -412,8 +422,7 @@ def metrics(run: Run) -> pd.DataFrame:
             v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
             for q in MODEL_QUANTITIES:
                 put("pg_models", v, q, r["repeat"], r[q], r["limit"])
-        for rep, g in t.groupby("repeat"):      # windows whose CPU did not fit the machine (left out)
-            put("pg_models", "all", "cpu_windows_rejected", rep, int((g["cpu_check"] != "").sum()))
+        put_cpu_rejected(rows, "pg_models", t)
         for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
             base = f"{regime}.pool{int(pool)}"
             by_model = g.set_index("model")
@@ -442,8 +451,7 @@ def metrics(run: Run) -> pd.DataFrame:
             for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
                       "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
                 put("pg_ceiling", v, q, r["repeat"], r[q])
-        for rep, g in c.groupby("repeat"):
-            put("pg_ceiling", "all", "cpu_windows_rejected", rep, int((g["cpu_check"] != "").sum()))
+        put_cpu_rejected(rows, "pg_ceiling", c)
         for (regime, rep), g in c.groupby(["regime", "repeat"]):
             for clients, gc in g.groupby("clients"):
                 put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
