@@ -421,9 +421,11 @@ def _median(values: list[float]) -> float | None:
 
 def _ceiling(run: Run, names: tuple[str, ...]) -> str:
     """The run's in-run ceiling matching the experiment a row reads, as a text (for machine-dependent rows)."""
+    from . import registry  # the experiments' declared ceilings
+
     for name in names:
         exp = name.split(":", 1)[-1].split(".", 1)[0]
-        value, which = calibration.ceiling_for(exp, run.manifest.get("calibration"))
+        value, which = calibration.ceiling_for(registry.ceiling_of(exp), run.manifest.get("calibration"))
         if value:
             unit = "M loops/s" if which == "python_cpu" else "tps"
             return f"{which} {value:.4g} {unit}"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import calibration, findings, stats, store, verdicts
+from . import calibration, findings, registry, stats, store, verdicts
 from .analysis import metric_name
 from .errors import HarnessError
 from .store import Run
@@ -167,10 +167,8 @@ def ceilings(summary: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[s
     `calibration.ceiling_for` gives it (pgbench in tps, python_cpu in millions of loops/s)."""
     cal = (summary or {}).get("calibration") or manifest.get("calibration") or {}
     out: dict[str, dict[str, Any]] = {}
-    for prefix, which in calibration.CEILING_OF_FAMILY.items():
-        if which in out:
-            continue
-        value, _ = calibration.ceiling_for(prefix, cal)
+    for which in calibration.CEILINGS:
+        value, _ = calibration.ceiling_for(which, cal)
         if value:
             values = [v for when in ("before", "after") for v in
                       (((cal.get(when) or {}).get(which) or {}).get("values") or []) if v and v > 0]
@@ -246,14 +244,12 @@ def _ceilings_apart(ca: dict[str, dict[str, Any]], cb: dict[str, dict[str, Any]]
 
 # -- checked metadata (issue 22 point 12; issue 25 point 4) -------------------------------------------
 
-# The packages whose versions are the drivers and frameworks under test, and the experiments (by
-# name prefix) whose figures they shape.
-DRIVERS = {"pymongo": ("mongo_", "departures"), "motor": ("mongo_",),
-           "psycopg": ("pg_", "departures"), "psycopg-binary": ("pg_", "departures"),
-           "psycopg-pool": ("pg_", "departures"), "asyncpg": ("pg_", "departures"),
-           "uvloop": ("pg_", "fastapi_", "departures"), "fastapi": ("fastapi_", "openloop_check"),
-           "starlette": ("fastapi_", "openloop_check"), "uvicorn": ("fastapi_", "openloop_check"),
-           "anyio": ("fastapi_", "openloop_check"), "locust": ("fastapi_",)}
+def drivers() -> dict[str, tuple[str, ...]]:
+    """The packages whose versions are the drivers and frameworks under test -> the experiments
+    whose figures they shape, as each experiment declares them (`Experiment.drivers`)."""
+    return registry.drivers()
+
+
 INCOMPARABLE, MAYBE, NOTE = "INCOMPARABLE", "may be incomparable", "differs"
 
 
@@ -322,10 +318,6 @@ def _commit(m: dict[str, Any]) -> str | None:
     return str(g["sha"])[:10] + (" (dirty)" if g.get("dirty") else "")
 
 
-def _uses(experiment: str, prefixes: tuple[str, ...]) -> bool:
-    return any(experiment.startswith(p) for p in prefixes)
-
-
 def _param_diff(pa: dict[str, Any], pb: dict[str, Any]) -> list[str]:
     keys = sorted(set(pa) | set(pb))
     return [f"{k} {pa.get(k, '—')} vs {pb.get(k, '—')}" for k in keys if pa.get(k) != pb.get(k)]
@@ -356,9 +348,10 @@ def checked_metadata(ma: dict[str, Any], mb: dict[str, Any], sa: dict[str, Any] 
         row("lock hash (requirements.lock sha256)", _short(la, 12), _short(lb, 12), NOTE,
             "the pinned environment differs: see the package versions")
     pa, pb = _packages(ma), _packages(mb)
-    for name, prefixes in DRIVERS.items():
+    shaped = drivers()
+    for name, users_of in shaped.items():
         if pa.get(name) != pb.get(name):
-            users = [e for e in common if _uses(e, prefixes)]
+            users = [e for e in common if e in users_of]
             row(f"driver {name}", pa.get(name), pb.get(name), NOTE,
                 "shapes " + (", ".join(users) if users else "no experiment of both runs"))
     da, db = _driver_levels(ma), _driver_levels(mb)
@@ -366,7 +359,7 @@ def checked_metadata(ma: dict[str, Any], mb: dict[str, Any], sa: dict[str, Any] 
         if da.get(key) != db.get(key):
             row(f"driver level {key} (departures)", da.get(key) or "not run", db.get(key) or "not run", NOTE,
                 "the departures driver factor's level ran other versions (or only in one run)")
-    others = sorted(n for n in set(pa) | set(pb) if n not in DRIVERS and pa.get(n) != pb.get(n))
+    others = sorted(n for n in set(pa) | set(pb) if n not in shaped and pa.get(n) != pb.get(n))
     if others:
         row("other packages", ", ".join(f"{n} {pa.get(n) or '—'}" for n in others),
             ", ".join(f"{n} {pb.get(n) or '—'}" for n in others), NOTE, "not drivers under test")
@@ -606,7 +599,7 @@ def show_text(run: Run, experiment: str | None = None) -> str:
     lines.append("ceilings: " + _ceiling_text(ceilings(s, m)))
     lines.append(f"interpreter: {_interpreter(m) or '—'}; placement: {_placement(m) or '—'}")
     pk = _packages(m)
-    lines.append("drivers: " + ", ".join(f"{n} {pk[n]}" for n in DRIVERS if pk.get(n)))
+    lines.append("drivers: " + ", ".join(f"{n} {pk[n]}" for n in drivers() if pk.get(n)))
     lines.append("servers:")
     lines += _servers_lines(m)
     lines.append("experiments: " + ", ".join(

@@ -1,7 +1,8 @@
 """Which experiments exist: every module in `harness/experiments/` that exposes `EXPERIMENT`.
 
 The one discovery: the study, the claims and the notebooks all ask here, for experiments and for
-the analysis module each declares (`Experiment.analysis`, a dotted module path).
+what each declares: its analysis module (`Experiment.analysis`, a dotted module path), its in-run
+ceiling (`ceiling_of`) and the packages that shape its figures (`drivers`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def analysis_of(name: str) -> ModuleType | None:
     """The analysis module of experiment `name`, or None if it declares none."""
     path = getattr(get(name), "analysis", None)
     return importlib.import_module(path) if path else None
+
+
+def ceiling_of(name: str) -> str | None:
+    """The in-run ceiling that normalises experiment `name`'s throughputs (its declared `ceiling`);
+    None for an experiment that declares none or is not registered (a run's retired experiment)."""
+    exp = all_experiments().get(name)
+    return exp.ceiling if exp is not None else None
+
+
+def drivers() -> dict[str, tuple[str, ...]]:
+    """Package -> the registered experiments whose figures its version shapes (each experiment's
+    declared `drivers`); packages in the order the experiments, by name, first declare them."""
+    out: dict[str, list[str]] = {}
+    for name, exp in all_experiments().items():
+        for package in exp.drivers:
+            out.setdefault(package, []).append(name)
+    return {package: tuple(users) for package, users in out.items()}
 
 
 # -- experiment versions (issue 22 point 12) --------------------------------------------------------

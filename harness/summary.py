@@ -8,8 +8,9 @@ Keys (issue 10, "Interface the checks read"; contract C3):
   arithmetic mean when a value is <= 0; `method` says which), the centre of its interval `ci_low,
   ci_high`: the 95% t-interval on the log (harness.stats.summarise). `median` is the median over
   repeats, shown beside it: it is not the centre of that interval and may lie outside it.
-  `unstable` = CV >= 10% with n >= 5; `normalised` = median throughput / the matching in-run
-  ceiling (harness.calibration.ceiling_for), null for anything but a throughput.
+  `unstable` = CV >= 10% with n >= 5; `normalised` = median throughput / the in-run ceiling its
+  experiment declares (`Experiment.ceiling`, valued by harness.calibration.ceiling_for), null for
+  anything but a throughput.
 - `claims`: one row per ledger row (and interpreter): `claim_id, seed, kind, comparison, section,
   sentence, verdict` (after Holm's adjustment), `verdict_raw` (before it), `seed_value, seed_unit,
   a_median, b_median, estimate` (the ratio a / b's geometric mean, or the median for a row judged on
@@ -72,6 +73,12 @@ def headline_metrics() -> set[tuple[str, str]]:
 
 def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """summary.json's `metrics` rows from a C1 frame of per-repeat figures."""
+    from . import registry
+
+    try:   # the ceiling each experiment declares (an unregistered one, or a registry that fails: none)
+        declared = {name: e.ceiling for name, e in registry.all_experiments().items()}
+    except Exception:
+        declared = {}
     interpreter = claims._interpreter(run)
     headlines = headline_metrics()
     cal = run.manifest.get("calibration")
@@ -83,7 +90,7 @@ def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
         unit = str(g["unit"].iloc[0])
         normalised, by = None, None
         if unit in THROUGHPUT_UNITS and g["better"].iloc[0] == "higher":
-            ceiling, which = calibration.ceiling_for(exp, cal)
+            ceiling, which = calibration.ceiling_for(declared.get(exp), cal)
             if ceiling:
                 normalised, by = s["median"] / ceiling, which
         bottlenecks = sorted({b for b in g["bottleneck"] if isinstance(b, str) and b})

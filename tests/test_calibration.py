@@ -21,7 +21,7 @@ def test_measure_both_ceilings(stack):
     assert "error" not in out["pgbench"], out["pgbench"].get("error")
     _series_ok(out["pgbench"], calibration.REPEATS)
     assert out["pgbench"]["unit"] == "transactions/s" and math.isfinite(out["pgbench"]["cv"])
-    value, which = calibration.ceiling_for("pg_models", {"before": out, "after": out})
+    value, which = calibration.ceiling_for("pgbench", {"before": out, "after": out})
     assert which == "pgbench" and value == out["pgbench"]["median"]
 
 

@@ -36,9 +36,9 @@ def _drivers(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_every_driver_under_test_is_checked():
-    assert set(interpreters.DRIVERS) <= set(compare.DRIVERS)
+    assert set(interpreters.DRIVERS) <= set(compare.drivers())
     for name in ("pymongo", "motor", "psycopg", "psycopg-pool", "asyncpg", "uvloop"):
-        assert name in compare.DRIVERS
+        assert name in compare.drivers()
 
 
 @pytest.mark.parametrize("name", sorted(SEEDS))
@@ -50,7 +50,7 @@ def test_a_different_driver_version_is_flagged_with_the_experiments_it_shapes(na
     r = flagged[f"driver {name}"]
     assert (r["A"], r["B"], r["effect"]) == (LOCKED[name], SEEDS[name], compare.NOTE)
     users = [e for e in sorted(("mongo_models", "pg_models", "fastapi_locust", "departures"))
-             if compare._uses(e, compare.DRIVERS[name])]
+             if e in compare.drivers()[name]]
     assert users and r["why"] == "shapes " + ", ".join(users)
     assert bad == {}   # a factor that changed, not a different measurement
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import REPO_ROOT
 
-from harness import registry, store
+from harness import calibration, registry, store
 from harness.errors import HarnessError
 from harness.experiments.base import Metric, check_table, grid, variant_id
 
@@ -34,6 +35,11 @@ def test_declarations(name):
     module = registry.analysis_of(name)
     assert module is not None, f"{name} declares no analysis module"
     assert callable(getattr(module, "metrics", None)), f"{exp.analysis} has no metrics(run)"
+    # the traits the summary, compare and report read instead of the name (issue 33, item 3)
+    assert exp.family, f"{name} declares no family"
+    assert exp.ceiling in (*calibration.CEILINGS, None), exp.ceiling
+    assert exp.drivers and all(isinstance(d, str) for d in exp.drivers), f"{name} declares no drivers"
+    assert not exp.notebook or (REPO_ROOT / "notebooks" / exp.notebook).is_file(), exp.notebook
 
 
 @pytest.mark.parametrize("name", NAMES)

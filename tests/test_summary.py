@@ -54,7 +54,8 @@ def test_throughputs_are_normalised_by_the_matching_ceiling(tmp_path):
     mongo = rows[("mongo_pool", "throughput_qps")]
     assert mongo["normalised"] == pytest.approx(2000.0 / 5.0) and mongo["normalised_by"] == "python_cpu"
     assert rows[("mongo_pool", "p50_ms")]["normalised"] is None   # latencies are not normalised
-    assert calibration.ceiling_for("pg_models", None) == (None, "pgbench")
+    assert calibration.ceiling_for("pgbench", None) == (None, "pgbench")
+    assert calibration.ceiling_for(None, run.manifest["calibration"]) == (None, "")
 
 
 def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):

@@ -251,6 +251,11 @@ class Experiment:
     tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
     headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with
     analysis: ClassVar[str] = ""                         # dotted path of the analysis module
+    # Traits, read by the code that must never parse the name (an experiment named otherwise keeps them):
+    family: ClassVar[str] = ""                  # "postgres", "mongo", "fastapi", "departures", "verify", ...
+    ceiling: ClassVar[str | None] = None        # the in-run ceiling (calibration) its throughputs are divided by
+    drivers: ClassVar[tuple[str, ...]] = ()     # packages whose versions shape its figures (compare's checks)
+    notebook: ClassVar[str] = ""                # the notebook (notebooks/) that shows it; "" for none
     # repeats per profile (`--repeat N` overrides): full and seed >= 3, 10 where a window is a few
     # seconds and the seed's claim hangs on it (pool, cursor, client, the PostgreSQL models);
     # quick is one repeat (issue 10: quick <= 4 min)

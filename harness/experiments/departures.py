@@ -258,6 +258,10 @@ class Departures(Experiment):
     needs = ("mongodb", "postgres")
     params_type = DeparturesParams
     analysis: ClassVar[str] = "harness.analysis.departures"
+    family = "departures"
+    ceiling = None
+    drivers = ("pymongo", "psycopg", "psycopg-binary", "psycopg-pool", "asyncpg", "uvloop")
+    notebook = "05_departures.ipynb"
     repeats: ClassVar[dict[str, int]] = {"full": 3, "seed": 3, "quick": 1, "smoke": 1}
     # as harness.analysis.departures names them; one cpu_ratio_<async model> per async model measured
     # (these two run in every profile; cpu_ratio_uvloop_asyncpg too where pg_models holds it). A ratio is

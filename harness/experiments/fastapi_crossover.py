@@ -62,6 +62,10 @@ class FastapiCrossover(Experiment):
     needs = ("mongodb",)
     params_type = CrossoverParams
     analysis = "harness.analysis.fastapi"
+    family = "fastapi"
+    ceiling = "python_cpu"
+    drivers = ("uvloop", "fastapi", "starlette", "uvicorn", "anyio", "locust")
+    notebook = "04_fastapi_locust.ipynb"
     failure_tolerance = 0.01
     repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("max_rps", "req/s", "higher"), Metric("p95_ms", "ms", "lower"))

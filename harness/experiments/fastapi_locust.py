@@ -82,6 +82,10 @@ class FastapiLocust(Experiment):
     needs = ("mongodb",)
     params_type = FastapiLocustParams
     analysis = "harness.analysis.fastapi"
+    family = "fastapi"
+    ceiling = "python_cpu"
+    drivers = ("uvloop", "fastapi", "starlette", "uvicorn", "anyio", "locust")
+    notebook = "04_fastapi_locust.ipynb"
     failure_tolerance = 0.01               # overload is the subject: a cell fails above 1% failures
     repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("max_rps", "req/s", "higher"), Metric("median_ms", "ms", "lower"),

@@ -76,6 +76,10 @@ class FastapiOpenloop(Experiment):
     needs = ("mongodb",)
     params_type = OpenloopParams
     analysis = "harness.analysis.fastapi"
+    family = "fastapi"
+    ceiling = "python_cpu"
+    drivers = ("uvloop", "fastapi", "starlette", "uvicorn", "anyio", "locust")
+    notebook = "04_fastapi_locust.ipynb"
     failure_tolerance = 0.01
     repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("p50_ms", "ms", "lower"), Metric("p95_ms", "ms", "lower"))

@@ -91,6 +91,10 @@ class BulkWrites(Experiment):
                           "dup_index": 10, "warmup_s": 0.1}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.mongo"
+    family = "mongo"
+    ceiling = "python_cpu"
+    drivers = ("pymongo", "motor")
+    notebook = "02_mongo_client_bulk_models.ipynb"
     headline = (Metric("insert_one_us_per_doc", "us", "lower"), Metric("insert_many_s", "s", "lower"),
                 Metric("insert_many_unordered_s", "s", "lower"))
     tables = {"samples": SAMPLES,

@@ -68,6 +68,10 @@ class ClientPerRequest(Experiment):
 
     repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
+    family = "mongo"
+    ceiling = "python_cpu"
+    drivers = ("pymongo", "motor")
+    notebook = "02_mongo_client_bulk_models.ipynb"
     headline = (Metric("per_request_ms", "ms", "lower"), Metric("shared_ms", "ms", "lower"))
     tables = {"samples": {"variant": "str", "mode": "str", "loop": "str", "driver": "str", "task": "int",
                           "start_s": "float", "latency_s": "float", "ok": "bool", "error": "str"},

@@ -99,6 +99,10 @@ class CursorStall(Experiment):
                           "probe_idle_s": 0.2, "warmup_s": 0.1, "size_sample": 500}}
     repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
+    family = "mongo"
+    ceiling = "python_cpu"
+    drivers = ("pymongo", "motor")
+    notebook = "01_mongo_cursor_pool.ipynb"
     headline = (Metric("max_stall_ms", "ms", "lower"), Metric("total_s", "s", "lower"))
     tables = {
         "samples": {"variant": "str", "method": "str", "batch_size": "int", "label": "str", "task": "int",

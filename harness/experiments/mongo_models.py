@@ -80,6 +80,10 @@ class ThreadsVsAsyncio(Experiment):
                           "loops": ("asyncio",), "pool_sweep": (2, 8)}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.mongo"
+    family = "mongo"
+    ceiling = "python_cpu"
+    drivers = ("pymongo", "motor")
+    notebook = "02_mongo_client_bulk_models.ipynb"
     headline = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"))
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
               "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",

@@ -74,6 +74,10 @@ class PoolFairness(Experiment):
 
     repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.mongo"
+    family = "mongo"
+    ceiling = "python_cpu"
+    drivers = ("pymongo", "motor")
+    notebook = "01_mongo_cursor_pool.ipynb"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p50_ms", "ms", "lower"),
                 Metric("throughput_qps", "queries/s", "higher"), Metric("jain_index", "ratio", "higher"))
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},

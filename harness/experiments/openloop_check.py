@@ -169,6 +169,10 @@ class OpenloopCheck(Experiment):
     in_study = False                       # a check of the tooling, run by name: not in `harness study`
     params_type = OpenloopCheckParams
     analysis = "harness.analysis.openloop_check"
+    family = "fastapi"
+    ceiling = None
+    drivers = ("fastapi", "starlette", "uvicorn", "anyio")
+    notebook = ""
     failure_tolerance = 0.01               # above saturation a few time-outs are a figure, not a fault
     repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
     headline = (Metric("throughput_rps", "req/s", ""), Metric("p50_ms", "ms", ""), Metric("p99_ms", "ms", ""),

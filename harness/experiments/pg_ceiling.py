@@ -148,6 +148,10 @@ class PgCeiling(Experiment):
     }
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
     analysis = "harness.analysis.postgres"
+    family = "postgres"
+    ceiling = "pgbench"
+    drivers = ("psycopg", "psycopg-binary", "psycopg-pool", "asyncpg", "uvloop")
+    notebook = "03_postgres_models.ipynb"
     headline = (Metric("tps", "transactions/s", "higher"), Metric("p99_ms", "ms", "lower"))
     _keys = {"mode": "str", "clients": "int", "slow_ms": "float", "regime": "str"}
     tables = {

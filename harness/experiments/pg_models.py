@@ -103,6 +103,10 @@ class PgModels(Experiment):
     }
     repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.analysis.postgres"
+    family = "postgres"
+    ceiling = "pgbench"
+    drivers = ("psycopg", "psycopg-binary", "psycopg-pool", "asyncpg", "uvloop")
+    notebook = "03_postgres_models.ipynb"
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
     tables = pg_tables(window_columns, OTHER_COLUMNS)

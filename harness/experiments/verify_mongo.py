@@ -142,6 +142,10 @@ class VerifyMongo(Experiment):
                           "timeout_s": 240.0}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 5}
     analysis = "harness.analysis.verify"
+    family = "verify"
+    ceiling = None
+    drivers = ("pymongo", "motor")
+    notebook = "06_workload.ipynb"
     headline = (Metric("max_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
                 Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_op", "us", "lower"))
     tables = {

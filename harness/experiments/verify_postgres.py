@@ -199,6 +199,10 @@ class VerifyPostgres(Experiment):
                           "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0}}
     repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 5}
     analysis = "harness.analysis.verify"
+    family = "verify"
+    ceiling = None
+    drivers = ("psycopg", "psycopg-binary", "psycopg-pool", "asyncpg", "uvloop")
+    notebook = "06_workload.ipynb"
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
     tables = pg_tables(window_columns, OTHER_COLUMNS)
