@@ -40,7 +40,7 @@ from typing import Any
 
 import nbformat
 
-from . import config, figures
+from . import config, figures, registry
 from .config import REPO_ROOT
 from .errors import HarnessError
 from .measure import error_text
@@ -96,8 +96,9 @@ def notebooks_for(run: Run, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[P
     """The notebooks a run's report holds: the workload page when the run has a verify experiment
     (`harness verify`), the study's notebooks when it has any other."""
     names = set(run.experiments)
-    verify = any(n.startswith("verify_") for n in names)
-    study = any(not n.startswith("verify_") for n in names)
+    declared = {n: e.notebook for n, e in registry.all_experiments().items()}   # each experiment's own
+    verify = any(declared.get(n) == WORKLOAD_NOTEBOOK for n in names)
+    study = any(declared.get(n) != WORKLOAD_NOTEBOOK for n in names)
     chosen = [nb for nb in notebooks(notebooks_dir)
               if (verify if nb.name == WORKLOAD_NOTEBOOK else study)]
     if not chosen:
