@@ -1,0 +1,298 @@
+"""harness.pooling (issue 34): the random-effects estimator on hand-made inputs with known
+heterogeneity, the standard error recovered from a stored interval, the choice of runs, and every
+committed summary read and pooled. No server is needed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from harness import pooling, stats
+from harness.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
+
+ROOT = Path(__file__).resolve().parents[1]
+T = lambda df: float(sps.t.ppf(0.95, df))  # noqa: E731 -- the 90% two-sided quantile
+
+
+# -- the estimator ---------------------------------------------------------------------------------
+
+def test_identical_runs_give_no_heterogeneity_and_a_prediction_interval_close_to_the_interval():
+    k = 8
+    r = pool([math.log(2.0)] * k, [0.05] * k, [f"r{i}" for i in range(k)])
+    assert r.pooled and r.k == k
+    assert r.tau2 == pytest.approx(0.0, abs=1e-12) and r.i2 == 0.0
+    assert r.estimate == pytest.approx(2.0)
+    assert r.log_se == pytest.approx(0.05 / math.sqrt(k))
+    assert r.log_ci == pytest.approx((math.log(2) - T(k - 1) * r.log_se, math.log(2) + T(k - 1) * r.log_se))
+    # tau^2 = 0: the prediction interval differs from the interval only by t_{k-2} against t_{k-1}
+    ci_half = (r.log_ci[1] - r.log_ci[0]) / 2
+    pi_half = (r.log_pi[1] - r.log_pi[0]) / 2
+    assert pi_half / ci_half == pytest.approx(T(k - 2) / T(k - 1))
+    assert 1.0 < pi_half / ci_half < 1.05
+    assert r.pi[0] < r.ci[0] < 2.0 < r.ci[1] < r.pi[1]
+
+
+@pytest.mark.parametrize("method", ["pm", "dl"])
+def test_runs_far_apart_widen_the_prediction_interval(method):
+    ratios = np.array([2.0, 3.0, 4.5, 7.0, 10.0])
+    y, se = np.log(ratios), np.full(ratios.size, 0.03)
+    far = pool(y, se, method=method)
+    near = pool(np.full(ratios.size, y.mean()), se, method=method)
+    assert far.tau2 > 0.1 and far.i2 > 0.95
+    assert near.tau2 == pytest.approx(0.0, abs=1e-12)
+    width = lambda iv: iv[1] - iv[0]  # noqa: E731
+    assert width(far.log_pi) > 2 * width(far.log_ci)         # PI wider than the pooled interval
+    assert width(far.log_ci) > 10 * width(near.log_ci)       # the between-run spread widens both
+    assert width(far.log_pi) > 10 * width(near.log_pi)
+    # within-run errors negligible against the spread: tau^2 ~ the variance between runs
+    assert far.tau2 == pytest.approx(np.var(y, ddof=1), rel=0.05)
+    assert far.log_estimate == pytest.approx(y.mean(), abs=0.01)
+
+
+def test_tau2_is_the_estimator_it_names():
+    y = np.log([1.5, 2.2, 1.8, 3.0])
+    se = np.array([0.05, 0.12, 0.08, 0.2])
+    v, w = se ** 2, 1 / se ** 2
+    q = float(np.sum(w * (y - np.sum(w * y) / w.sum()) ** 2))
+    dl = pool(y, se, method="dl")
+    assert dl.method == "DerSimonian-Laird"
+    assert dl.q == pytest.approx(q)
+    assert dl.tau2 == pytest.approx((q - 3) / (w.sum() - np.sum(w ** 2) / w.sum()))
+    assert dl.i2 == pytest.approx((q - 3) / q)
+    pm = pool(y, se, method="pm")
+    assert pm.method == "Paule-Mandel" and not pm.notes
+    wr = 1 / (v + pm.tau2)
+    mu = np.sum(wr * y) / wr.sum()
+    assert np.sum(wr * (y - mu) ** 2) == pytest.approx(3, abs=1e-6)    # generalised Q = k - 1
+    assert pm.log_estimate == pytest.approx(mu)
+    assert pm.log_se == pytest.approx(1 / math.sqrt(wr.sum()))
+    assert pm.log_pi == pytest.approx((mu - T(2) * math.sqrt(pm.tau2 + pm.log_se ** 2),
+                                       mu + T(2) * math.sqrt(pm.tau2 + pm.log_se ** 2)))
+    assert sum(pm.weights) == pytest.approx(1.0)
+
+
+def test_paule_mandel_solves_its_equation_whatever_the_spread():
+    rng = np.random.default_rng(34)
+    for _ in range(200):
+        k = int(rng.integers(2, 8))
+        y = rng.normal(0, rng.choice([0.001, 0.05, 0.5]), k)
+        se = rng.uniform(0.005, 0.1, k)
+        r = pool(y, se)
+        if r.q > k - 1:   # heterogeneity beyond chance: tau^2 > 0 and the generalised Q is k - 1
+            w = 1 / (se ** 2 + r.tau2)
+            mu = np.sum(w * y) / w.sum()
+            assert r.tau2 > 0 and np.sum(w * (y - mu) ** 2) == pytest.approx(k - 1, rel=1e-3)
+        else:
+            assert r.tau2 == 0.0
+
+
+def test_the_root_finding_fallback_agrees_with_statsmodels():
+    from statsmodels.stats.meta_analysis import combine_effects
+
+    y, se = np.log([16.0, 9.0, 8.0, 11.0]), np.array([0.016, 0.012, 0.02, 0.03])
+    assert pooling._solve_pm(y, se ** 2) == pytest.approx(combine_effects(y, se ** 2, method_re="pm").tau2, rel=1e-4)
+    assert pooling._solve_pm(np.zeros(3), np.full(3, 0.01)) == 0.0
+
+
+def test_dl_below_zero_is_truncated_to_the_fixed_effect_model():
+    y, se = np.log([2.0, 2.01, 1.99]), np.array([0.1, 0.1, 0.1])
+    r = pool(y, se, method="dl")
+    assert r.tau2 == 0.0 and r.i2 == 0.0
+    assert r.log_estimate == pytest.approx(y.mean())
+    assert r.log_se == pytest.approx(0.1 / math.sqrt(3))     # never narrower than the fixed-effect one
+    assert any("truncated" in n for n in r.notes)
+
+
+def test_two_runs_give_no_prediction_interval_and_say_why():
+    r = pool(np.log([7.85, 11.0]), [0.03, 0.05], ["1f2a", "7af0"])
+    assert r.pooled and r.k == 2
+    assert r.log_pi is None and r.pi is None
+    assert "at least 3" in r.pi_reason and "2 runs" in r.pi_reason
+    assert r.ci[0] < 7.85 < 11.0 < r.ci[1]
+
+
+def test_one_run_is_that_run_not_pooled():
+    r = pool([math.log(7.85)], [0.03], ["1f2a"], dfs=[9])
+    assert not r.pooled and r.k == 1 and r.method == "single run"
+    assert r.tau2 is None and r.i2 is None and r.log_pi is None
+    assert "not pooled" in r.pi_reason
+    assert r.estimate == pytest.approx(7.85)
+    assert r.log_ci == pytest.approx((math.log(7.85) - T(9) * 0.03, math.log(7.85) + T(9) * 0.03))
+
+
+@pytest.mark.parametrize("bad", [([], []), ([1.0], [0.0]), ([1.0, math.nan], [0.1, 0.1]), ([1.0, 2.0], [0.1])])
+def test_pool_refuses_what_it_cannot_pool(bad):
+    with pytest.raises(ValueError):
+        pool(*bad)
+
+
+# -- one run's contribution ------------------------------------------------------------------------
+
+def _ratio_row(claim_id: str, logs, level=0.90, **extra) -> dict:
+    s = stats.log_ratio_summary(logs, confidence=level)
+    return {"claim_id": claim_id, "kind": "measurement", "comparison": "ratio", "estimate": s["ratio"],
+            "ci_low": s["ci_low"], "ci_high": s["ci_high"], "ci_level": level, "n_used": s["n"], "n_ran": s["n"],
+            "method": "geometric mean, t-interval on log", "verdict": "direction only", "direction": ">",
+            "reference": 1.0, "band_low": 55.0, "band_high": 220.0, "margin": None, "bound": None,
+            "a": "{mongo_pool.bare.max_ms}", "b": "{mongo_pool.semaphore.max_ms}", **extra}
+
+
+@pytest.mark.parametrize("level", [0.90, 0.95])
+def test_the_standard_error_recovered_from_a_stored_interval_reproduces_it(level):
+    logs = np.log([7.1, 8.3, 7.9, 8.8, 7.4, 8.0, 7.7, 8.6, 7.2, 8.1])
+    row = _ratio_row("001-pool-13", logs, level)
+    y, se = lesson_inputs({"summary_version": 2, "claims": [row]}, "001-pool-13")
+    assert y == pytest.approx(logs.mean())
+    assert se == pytest.approx(logs.std(ddof=1) / math.sqrt(logs.size))
+    assert pooling.interval_from(y, se, row["n_used"], level) == pytest.approx((row["ci_low"], row["ci_high"]))
+
+
+def test_equivalence_rows_invert_the_tost_interval():
+    logs = np.log([0.97, 1.02, 0.99, 1.05, 0.95])
+    t = stats.tost(logs, 0.15)
+    row = {"claim_id": "e", "comparison": "equivalence", "estimate": math.exp(logs.mean()), "ci_low": t["ci90_low"],
+           "ci_high": t["ci90_high"], "ci_level": 0.9, "n_used": 5, "method": "geometric mean; TOST, 90% t-interval",
+           "verdict": "equivalent", "margin": 0.15, "reference": 1.0}
+    y, se = lesson_inputs({"summary_version": 2, "claims": [row]}, "e")
+    assert se == pytest.approx(logs.std(ddof=1) / math.sqrt(5))
+
+
+def test_a_version_1_row_is_read_at_95_percent():
+    logs = np.log([16.0, 17.5, 18.2, 16.4, 17.0])
+    s = stats.log_ratio_summary(logs)            # version 1 stored the 95% interval, as `value` and `n`
+    row = {"claim_id": "x", "comparison": "ratio", "value": s["ratio"], "ci_low": s["ci_low"],
+           "ci_high": s["ci_high"], "n": 5, "verdict": "direction only"}
+    y, se = lesson_inputs({"summary_version": 1, "claims": [row]}, "x")
+    assert se == pytest.approx(logs.std(ddof=1) / math.sqrt(5))
+    upgraded = {"summary_version": 2, "upgraded_from": 1,     # as harness.store.upgrade_summary gives it
+                "claims": [{**row, "estimate": s["ratio"], "n_used": 5, "ci_level": 0.95}]}
+    assert lesson_inputs(upgraded, "x") == pytest.approx((y, se))
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"ci_low": None, "ci_high": None, "n_used": 1}, "no interval"),
+    ({"method": "median; exact sign test on the count past the reference", "ci_low": None}, "counts"),
+    ({"estimate": None, "verdict": "premise not met"}, "premise not met"),
+])
+def test_rows_without_an_interval_are_not_poolable(change, why):
+    row = {**_ratio_row("r", np.log([2.0, 2.2, 2.1])), **change}
+    with pytest.raises(NotPoolable, match=why):
+        lesson_inputs({"summary_version": 2, "claims": [row]}, "r")
+
+
+def test_a_zero_width_interval_is_not_poolable():
+    row = _ratio_row("r", np.log([2.0, 2.0, 2.0]))
+    with pytest.raises(NotPoolable, match="zero-width"):
+        lesson_inputs({"summary_version": 2, "claims": [row]}, "r")
+
+
+# -- a verdict across runs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ci, verdict", [
+    ((60.0, 90.0), "reproduced"), ((7.0, 16.0), "direction only"), ((0.8, 16.0), "inconclusive"),
+    ((0.5, 0.9), "not reproduced")])
+def test_the_pooled_verdict_follows_the_single_run_band_rule(ci, verdict):
+    row = {"comparison": "ratio", "direction": ">", "reference": 1.0, "band_low": 55.0, "band_high": 220.0}
+    assert pooling.pooled_verdict(row, (math.log(ci[0]), math.log(ci[1]))) == verdict
+
+
+# -- which runs pool -------------------------------------------------------------------------------
+
+def _summary(run_id: str, ratio: float, sd: float = 0.05, version: int = 2, verdict: str = "direction only"):
+    rng = np.random.default_rng(int(ratio * 1000) + ord(run_id[0]))
+    logs = math.log(ratio) + sd * rng.standard_normal(10)
+    row = _ratio_row("001-pool-13", logs, 0.90 if version == 2 else 0.95, verdict=verdict)
+    return {"summary_version": version, "run_id": run_id, "claims": [row]}
+
+
+def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
+    runs = [
+        pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", _summary("a", 17.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261201T010000Z-full-bbbb", "boot-1", _summary("b", 16.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261201T020000Z-full-cccc", "boot-2", _summary("c", 9.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261201T030000Z-full-dddd", "boot-3", _summary("d", 8.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261130T040000Z-full-eeee", "boot-4", _summary("e", 11.0), {"mongo_pool": "v0"}),
+        pooling.RunRecord("20261201T050000Z-full-ffff", None, _summary("f", 11.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261130T060000Z-quick-abcd", "boot-5", _summary("g", 3.0), {"mongo_pool": "v1"}),
+        pooling.RunRecord("20261201T070000Z-full-0123", "boot-6", _summary("h", 2.0), {"mongo_pool": "v1",
+                                                                                          "other": "x"}),
+    ]
+    runs[-1].summary["claims"][0]["verdict"] = "not measured in this run"
+    runs[-1].summary["claims"][0]["estimate"] = None
+    df = pooled_lessons(runs, ["001-pool-13", "no-such-row"])
+    r = df.iloc[0]
+    assert r["runs"] == ("20261201T010000Z-full-bbbb", "20261201T020000Z-full-cccc", "20261201T030000Z-full-dddd")
+    assert r["k"] == 3 and r["pooled"] and r["pi_low"] is not None
+    assert r["dropped_same_boot"] == 1             # a: boot-1's earlier run
+    assert r["dropped_other_key"] == 2             # e: another experiment version; g: the quick profile
+    assert r["dropped_no_boot"] == 1               # f
+    assert r["key"] == ("full", 2, (("mongo_pool", "v1"),))
+    assert r["agree_text"] == "3 of 3 runs agree" and r["verdict"] == "direction only"
+    assert [p["run_id"][-4:] for p in r["per_run"]] == ["bbbb", "cccc", "dddd"]
+    assert sum(p["weight"] for p in r["per_run"]) == pytest.approx(1.0)
+    assert r["tau2"] > 0 and r["pi_high"] - r["pi_low"] > r["ci_high"] - r["ci_low"]
+    empty = df.iloc[1]
+    assert empty["k"] == 0 and pd.isna(empty["estimate"]) and "no run" in empty["pi_reason"]
+    # by rules only, the other version pools too; plain (run_id, boot_id, summary) tuples are accepted
+    loose = pooled_lessons([(r.run_id, r.boot_id, r.summary) for r in runs], ["001-pool-13"], match="rules")
+    assert loose.iloc[0]["k"] == 4
+
+
+def test_rules_versions_do_not_mix_and_disagreement_is_said():
+    runs = [("20261130T000000Z-full-aaaa", "b1", _summary("a", 17.0, version=1)),
+            ("20261201T000000Z-full-bbbb", "b2", _summary("b", 8.0, verdict="direction only")),
+            ("20261202T000000Z-full-cccc", "b3", _summary("c", 1.02, sd=0.2, verdict="inconclusive"))]
+    r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
+    assert r["k"] == 2 and r["dropped_other_key"] == 1 and r["pi_low"] is None
+    assert "at least 3" in r["pi_reason"]
+    assert "disagree" in r["disagreement"] and "bbbb direction only (holds)" in r["disagreement"]
+
+
+def test_a_single_run_is_shown_as_that_run():
+    s = _summary("a", 7.85)
+    r = pooled_lessons([("20261201T000000Z-full-aaaa", "b1", s)], ["001-pool-13"]).iloc[0]
+    row = s["claims"][0]
+    assert r["k"] == 1 and not r["pooled"] and r["method"] == "single run"
+    assert (r["estimate"], r["ci_low"], r["ci_high"]) == pytest.approx((row["estimate"], row["ci_low"], row["ci_high"]))
+    assert r["verdict"] == row["verdict"] and r["tau2"] is None and "not pooled" in r["pi_reason"]
+
+
+# -- every committed summary -----------------------------------------------------------------------
+
+def _committed_dirs() -> list[Path]:
+    return sorted(p for sub in ("history", "reference") for p in (ROOT / "data" / sub).iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("run_dir", _committed_dirs(), ids=lambda p: p.name)
+def test_every_committed_summary_is_read(run_dir):
+    run = pooling.read_run(run_dir)        # fails on a summary or manifest it cannot read
+    assert run.summary.get("claims"), f"{run_dir.name}: no claims rows"
+    for row in run.summary["claims"]:
+        try:
+            y, se = lesson_inputs(run.summary, row["claim_id"])
+        except NotPoolable:
+            continue
+        assert math.isfinite(y) and se > 0
+        got = pooling.row_input(run.summary, row["claim_id"])      # the round trip on the stored interval
+        assert pooling.interval_from(y, se, got.n, got.level) == pytest.approx((row["ci_low"], row["ci_high"]),
+                                                                              rel=1e-9)
+
+
+@pytest.mark.parametrize("match", pooling.MATCHES)
+def test_pooled_lessons_runs_over_every_committed_summary(match):
+    runs = pooling.committed_runs(ROOT)
+    assert len(runs) == len(_committed_dirs())
+    ids = sorted({r["claim_id"] for run in runs for r in run.summary["claims"]})
+    df = pooled_lessons(runs, ids, match=match)
+    assert list(df["claim_id"]) == ids and list(df.columns) == list(pooling.COLUMNS)
+    got = df[df["k"] > 0]
+    assert len(got) > 40
+    assert (got["ci_low"] <= got["estimate"]).all() and (got["estimate"] <= got["ci_high"]).all()
+    with_pi = got[got["k"] >= 3]
+    assert (with_pi["pi_low"] <= with_pi["ci_low"]).all() and (with_pi["ci_high"] <= with_pi["pi_high"]).all()
+    assert got[got["k"] < 3]["pi_low"].isna().all()
