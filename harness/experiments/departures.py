@@ -51,7 +51,10 @@ Tables:
   model_position, wall_s, cpu_s, cpu_user_s, cpu_system_s, cpu_wait_s, ops, completed (successful
   requests that ended in the window, `measure.completions_in_window`: the count behind throughput
   and CPU per request), errors, server_cpu_s (pg: the
-  postmaster and its descendants; NaN for mongo), duration_s, workers, pool_size.
+  postmaster and its descendants; NaN for mongo), machine_busy_s and cpu_check (pg: cpu_s,
+  server_cpu_s and machine_busy_s read by this process at the window's edges, `measure.EdgeCPU`;
+  the child's own readings kept as cpu_child_s, server_cpu_child_s; NaN / '' for mongo),
+  duration_s, workers, pool_size.
 - `samples`: variant, cell, family, model, python, python_version, python_build, placement,
   rtt_ms, driver, task, start_s, latency_s, ok, error.
 - `placements`: cell, position, placement, server_cpus, client_cpus, client_affinity (the child's
@@ -80,9 +83,10 @@ import pandas as pd
 
 from .. import datasets, interpreters, network, placement, processes, servers
 from ..errors import HarnessError
+from ..measure import EdgeCPU
 from ..mongo_workload import DOCUMENTS, ferretdb_backend_index, note_timeouts
 from ..pg_workload import MODELS as PG_MODELS
-from ..pg_workload import find_postmaster
+from ..pg_workload import cpu_at_edges, find_postmaster
 from ..servers import ServerStack
 from .base import Context, Experiment, Metric, Params, variant_id, window_columns
 
@@ -275,7 +279,8 @@ class Departures(Experiment):
                                   venv_mode="str", **dict.fromkeys(VERSION_COLUMNS.values(), "str"),
                                   server_cpus="str", client_cpus="str", via_proxy="bool",
                                   position="int", model_position="int", completed="int", errors="int",
-                                  server_cpu_s="float",
+                                  server_cpu_s="float", machine_busy_s="float", cpu_check="str",
+                                  cpu_child_s="float", server_cpu_child_s="float",
                                   duration_s="float", workers="int", pool_size="int"),
         "samples": {"variant": "str", **_factors, "task": "int", "start_s": "float", "latency_s": "float",
                     "ok": "bool", "error": "any"},
@@ -486,6 +491,8 @@ class Departures(Experiment):
                 "cpu_wait_s": float(w.get("cpu_wait_s", float("nan"))), "ops": int(w["ops"]),
                 "completed": int(w["completed"]), "errors": int(w.get("errors", 0)),
                 "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
+                **{k: w.get(k, float("nan")) for k in ("machine_busy_s", "cpu_child_s", "server_cpu_child_s")},
+                "cpu_check": w.get("cpu_check", ""),
                 "duration_s": p.duration_s, "workers": int(w["workers"]), "pool_size": int(w["pool_size"])}])
             s = pd.DataFrame(result["samples"][model])
             for key, value in {"variant": cell.variant(model), **factors, "model": model}.items():
@@ -493,15 +500,25 @@ class Departures(Experiment):
             ctx.record("samples", s.astype({"task": "int32", "ok": "bool"}))
 
     def _child(self, ctx: Context, venv: interpreters.Venv, spec: dict, pos: int) -> processes.ChildOutcome:
-        """The cell's client process on the cell's interpreter (harness.departures_child)."""
+        """The cell's client process on the cell's interpreter (harness.departures_child). A
+        PostgreSQL cell's windows get their client, server and machine CPU read here, at each
+        window's edges (`pg_workload.cpu_at_edges`), as pg_models' do: the child's own readings
+        queue behind its clients."""
         p: DeparturesParams = ctx.params
         timeout = len(spec["models"]) * (p.warmup_s + p.duration_s) + CHILD_OVERHEAD_S
-        with tempfile.TemporaryDirectory(prefix="departures-") as tmp:
-            return processes.run_child(f"departures:{spec['cell']}", "harness.departures_child", spec,
-                                       result_path=Path(tmp) / "out.json",
-                                       log_path=ctx.artifacts / f"{pos:03d}_{spec['family']}.log",
-                                       timeout_s=timeout, env=interpreters.child_env(), python=venv.python,
-                                       tail_lines=30)
+        postmaster = spec.get("postmaster_pid")
+        with tempfile.TemporaryDirectory(prefix="departures-") as tmp, \
+                EdgeCPU({"server": (postmaster, True)}) as cpu:
+            child = processes.run_child(f"departures:{spec['cell']}", "harness.departures_child", spec,
+                                        result_path=Path(tmp) / "out.json",
+                                        log_path=ctx.artifacts / f"{pos:03d}_{spec['family']}.log",
+                                        timeout_s=timeout, env=interpreters.child_env(), python=venv.python,
+                                        tail_lines=30, on_start=lambda pid: cpu.add("client", pid))
+        if spec["family"] == "pg" and child.result is not None:
+            for w in child.result.get("windows", {}).values():
+                if "edges" in w:
+                    w.update(cpu_at_edges(cpu, w, postmaster is not None))
+        return child
 
 
 def _seed_python(venvs: dict) -> dict:
