@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import calibration, stats
+from . import calibration, num, stats
 from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
     COLUMNS,
     COMPARISONS,
@@ -236,11 +236,6 @@ def _ratio(a: float, b: float) -> float:
 
 # -- verdicts ------------------------------------------------------------------------------------
 
-def _isnum(x: Any) -> bool:
-    return x is not None and not isinstance(x, bool) and isinstance(x, (int, float, np.floating, np.integer)) \
-        and math.isfinite(float(x))
-
-
 def judge(row: Mapping[str, Any], values: np.ndarray) -> dict[str, Any]:
     """The verdict of one measurement row from the per-repeat values of a / b it uses (zeros,
     +-inf and NaN included: see the module docstring), before any multiple-comparison adjustment.
@@ -250,7 +245,8 @@ def judge(row: Mapping[str, Any], values: np.ndarray) -> dict[str, Any]:
     p-value of the verdict's side; for an inconclusive row, of the seed's side), `p_seed` and
     `p_opposite` (both one-sided tests, for the adjustment), detectable, verdict and reason."""
     comparison = row["comparison"]
-    ref = float(row["reference"]) if _isnum(row.get("reference")) else 1.0
+    ref = num.finite(row.get("reference"))
+    ref = 1.0 if ref is None else ref
     v = np.asarray(values, dtype=float)
     n = int(v.size)
     positive = v[np.isfinite(v) & (v > 0)]
@@ -267,7 +263,7 @@ def judge(row: Mapping[str, Any], values: np.ndarray) -> dict[str, Any]:
     if n == 0:
         out["verdict"] = NOT_MEASURED
         return out
-    bounded = _isnum(row.get("bound"))
+    bounded = num.finite(row.get("bound")) is not None
     if comparison == "equivalence":
         return _judge_equivalence(row, v, positive, ref, out)
     if bounded or no_log:
@@ -294,7 +290,7 @@ def _decide(row: Mapping[str, Any], out: dict[str, Any], p_seed: float, p_opp: f
     if p_opp < ALPHA:
         out.update(verdict=NOT_REPRODUCED, p_value=p_opp)
     elif p_seed < ALPHA:
-        lo_b, hi_b = _num(row.get("band_low")), _num(row.get("band_high"))
+        lo_b, hi_b = num.finite(row.get("band_low")), num.finite(row.get("band_high"))
         if lo_b is None or hi_b is None:
             out.update(verdict=DIRECTION_ONLY, reason=_join(out["reason"], "no seed number: direction only at best"))
         elif where[1] < lo_b or where[0] > hi_b:
@@ -407,13 +403,6 @@ def _experiment_state(run: Run, names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _num(x: Any) -> float | None:
-    if x is None or isinstance(x, bool):
-        return None
-    x = float(x)
-    return None if math.isnan(x) or math.isinf(x) else x
-
-
 def _median(values: list[float]) -> float | None:
     finite = [v for v in values if math.isfinite(v)]
     return float(np.median(finite)) if finite else None
@@ -447,7 +436,7 @@ def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame |
     interpreter = _interpreter(run)
     rows = []
     for c in ledger.to_dict("records"):
-        seed = _num(c["seed_value"])
+        seed = num.finite(c["seed_value"])
         names = tuple(r for r in refs(c["a"]) + refs(c["b"]) if not r.startswith("param:"))
         premise = parse_premise(c.get("premise") or "")
         machine_dependent = bool(c.get("machine_dependent"))
@@ -538,14 +527,14 @@ def adjust(evaluated: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     for i, r in out.iterrows():
         for side in ("p_seed", "p_opposite"):
             p = r.get(side)
-            if _isnum(p):
+            if num.finite(p) is not None:
                 tests.append(float(p))
                 where.append((i, side))
     adjusted = stats.holm(tests) if tests else np.array([])
     by = {key: float(p) for key, p in zip(where, adjusted)}
     undone = []
     for i, r in out.iterrows():
-        if not _isnum(r.get("p_value")):
+        if num.finite(r.get("p_value")) is None:
             continue
         side = "p_opposite" if r["verdict_raw"] == NOT_REPRODUCED else "p_seed"
         p_adj = by.get((i, side))
@@ -577,7 +566,7 @@ def summary(evaluated: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pfmt(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2g}"
+    return f"{x:.2g}" if num.known(x) else "—"
 
 
 def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
@@ -588,7 +577,7 @@ def style(evaluated: pd.DataFrame, columns: tuple[str, ...] = (
     df = evaluated[[c for c in columns if c in evaluated.columns]].copy()
 
     def fmt(x):
-        if x is None or (isinstance(x, float) and math.isnan(x)):
+        if not num.known(x):
             return "—"
         if float(x).is_integer() or abs(x) >= 100:
             return f"{x:,.0f}"

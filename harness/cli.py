@@ -292,9 +292,9 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
     """Print a stored run from its summary.json and manifest.json: headline figures with interval, CV
     and stability warnings, verdicts per seed, bottlenecks, the machine and servers (RUN: a path, an
     id or a unique part of one, or `latest`)."""
-    from . import compare
+    from . import show
 
-    click.echo(compare.show_text(store.open_run(run_ref, data_dir), experiment))
+    click.echo(show.show_text(store.open_run(run_ref, data_dir), experiment))
 
 
 @cli.command("history")
@@ -307,11 +307,11 @@ def history_cmd(figure, changed, include_new, lessons, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
     machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
     --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
-    from . import compare
+    from . import history
 
     if lessons and (figure or changed):
         raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
-    click.echo(compare.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
+    click.echo(history.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
                                     lessons=lessons))
 
 

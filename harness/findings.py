@@ -22,7 +22,6 @@ version-1 summary renders as a version-2 one would.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections import Counter
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import store
+from . import num, store
 from .config import REPO_ROOT
 from .errors import HarnessError
 from .seed_lines import LINES
@@ -218,14 +217,6 @@ FIGURED = {lesson.figure: lesson.id for lesson in LESSONS if lesson.figure}
 
 # -- reading a summary ---------------------------------------------------------------------------
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def reference_summary(data_dir: Path | None = None) -> Path | None:
     """`data/reference/<id>/summary.json` of the one reference run; None when there is none yet."""
     root = store.location_dir("reference", data_dir)
@@ -243,16 +234,9 @@ def _short_server(server: str) -> str:
     return re.sub(r"\s*\(.*\)\s*$", "", server or "").strip()
 
 
-def _g(x: float) -> str:
-    """Three significant figures, thousands separated, no exponent for the sizes seen here."""
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
-
-
 def figure_text(claim: Mapping[str, Any]) -> str:
     """This study's figure: estimate [interval] (level, repeats used of run)."""
-    est = _num(claim.get("estimate"))
+    est = num.finite(claim.get("estimate"))
     if est is None:   # nothing to estimate from: say how many repeats ran, and what limited them
         notes = [f"n=0 of {claim['n_ran']}"] if claim.get("n_ran") else []
         if claim.get("verdict") == PREMISE_NOT_MET and claim.get("bottleneck_measured"):
@@ -260,13 +244,13 @@ def figure_text(claim: Mapping[str, Any]) -> str:
         return "—" + (f" ({'; '.join(notes)})" if notes else "")
     ratio = str(claim.get("seed_unit") or "").startswith("x") or claim.get("comparison") == "equivalence"
     unit = "" if ratio else f" {claim.get('seed_unit') or ''}".rstrip()
-    text = f"{'×' if ratio else ''}{_g(est)}{unit}"
-    lo, hi = _num(claim.get("ci_low")), _num(claim.get("ci_high"))
-    level = _num(claim.get("ci_level")) or 0.95
+    text = f"{'×' if ratio else ''}{num.sig3(est)}{unit}"
+    lo, hi = num.finite(claim.get("ci_low")), num.finite(claim.get("ci_high"))
+    level = num.finite(claim.get("ci_level")) or 0.95
     used, ran = claim.get("n_used"), claim.get("n_ran")
     n = f"n={used}" + (f" of {ran}" if ran not in (None, used) else "")
     if lo is not None and hi is not None:
-        text += f" [{_g(lo)}, {_g(hi)}] ({level:.0%}, {n})"
+        text += f" [{num.sig3(lo)}, {num.sig3(hi)}] ({level:.0%}, {n})"
     else:
         text += f" (no interval, {n})"
     return text
@@ -289,9 +273,9 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
             "lesson": lesson.id, "seed": lesson.seed, "words": lesson.words,
             "seed_figure": lesson.seed_figure, "measure": lesson.measure, "claim": lesson.claims[0],
             "figure": figure_text(head) if head else "—",
-            "estimate": _num(head.get("estimate")) if head else None,
-            "ci_low": _num(head.get("ci_low")) if head else None,
-            "ci_high": _num(head.get("ci_high")) if head else None,
+            "estimate": num.finite(head.get("estimate")) if head else None,
+            "ci_low": num.finite(head.get("ci_low")) if head else None,
+            "ci_high": num.finite(head.get("ci_high")) if head else None,
             "server": _short_server(str(head.get("server") or "")) if head else "",
             "verdict": verdict, "verdict_raw": str(head.get("verdict_raw") or verdict) if head else verdict,
             "rows": dict(counts), "n_rows": len(lesson.claims),

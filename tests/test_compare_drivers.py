@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from harness import compare, interpreters
+from harness import compare, interpreters, readout
 
 LOCKED = {"pymongo": "4.20.1", "motor": "3.7.1", "psycopg": "3.3.9", "psycopg-binary": "3.3.9",
           "psycopg-pool": "3.3.3", "asyncpg": "0.32.0", "uvloop": "0.23.0", "numpy": "2.4.6"}
@@ -36,9 +36,9 @@ def _drivers(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_every_driver_under_test_is_checked():
-    assert set(interpreters.DRIVERS) <= set(compare.drivers())
+    assert set(interpreters.DRIVERS) <= set(readout.drivers())
     for name in ("pymongo", "motor", "psycopg", "psycopg-pool", "asyncpg", "uvloop"):
-        assert name in compare.drivers()
+        assert name in readout.drivers()
 
 
 @pytest.mark.parametrize("name", sorted(SEEDS))
@@ -50,7 +50,7 @@ def test_a_different_driver_version_is_flagged_with_the_experiments_it_shapes(na
     r = flagged[f"driver {name}"]
     assert (r["A"], r["B"], r["effect"]) == (LOCKED[name], SEEDS[name], compare.NOTE)
     users = [e for e in sorted(("mongo_models", "pg_models", "fastapi_locust", "departures"))
-             if e in compare.drivers()[name]]
+             if e in readout.drivers()[name]]
     assert users and r["why"] == "shapes " + ", ".join(users)
     assert bad == {}   # a factor that changed, not a different measurement
 

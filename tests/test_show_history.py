@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT
 
-from harness import cli, compare, environment, store
+from harness import cli, compare, environment, history, readout, show, store
 from harness.errors import HarnessError
 
 # -- builders ---------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_show_prints_a_v1_run_from_its_summary_alone(tmp_path):
 def test_show_prints_a_v2_runs_adjusted_and_raw_verdicts(tmp_path):
     rid = "20261201T000000Z-full-bbbb"
     _put(tmp_path, "history", rid, _manifest(rid), _summary_v2(rid))
-    text = compare.show_text(store.open_run(rid, tmp_path))
+    text = show.show_text(store.open_run(rid, tmp_path))
     assert "summary format version" not in text
     assert "990 [950, 1050]" in text            # the estimate, with the median beside it
     row = next(line for line in text.splitlines() if "mongo_pool.bare.throughput_qps" in line)
@@ -318,17 +318,17 @@ def test_summarise_refuses_a_run_without_raw_data(tmp_path):
 
 def test_beyond_spread_needs_apart_intervals_and_a_change_beyond_the_cv():
     a = {"estimate": 100.0, "ci_low": 95.0, "ci_high": 105.0, "cv": 0.03}
-    assert compare.beyond_spread(a, {"estimate": 120.0, "ci_low": 115.0, "ci_high": 125.0, "cv": 0.03}) is True
+    assert history.beyond_spread(a, {"estimate": 120.0, "ci_low": 115.0, "ci_high": 125.0, "cv": 0.03}) is True
     # overlapping intervals: no flag, however large the CV
-    assert compare.beyond_spread(a, {"estimate": 103.0, "ci_low": 98.0, "ci_high": 108.0, "cv": 0.03}) is False
+    assert history.beyond_spread(a, {"estimate": 103.0, "ci_low": 98.0, "ci_high": 108.0, "cv": 0.03}) is False
     # apart, but the change (8%) is within the larger CV (10%): no flag
-    assert compare.beyond_spread(a, {"estimate": 108.0, "ci_low": 106.0, "ci_high": 110.0, "cv": 0.10}) is False
-    assert compare.beyond_spread(a, {"estimate": 120.0, "ci_low": None, "ci_high": None, "cv": None}) is None
+    assert history.beyond_spread(a, {"estimate": 108.0, "ci_low": 106.0, "ci_high": 110.0, "cv": 0.10}) is False
+    assert history.beyond_spread(a, {"estimate": 120.0, "ci_low": None, "ci_high": None, "cv": None}) is None
     # normalised: the estimate's interval scaled by normalised / estimate
     na, nb = dict(a, normalised=10.0), {"estimate": 200.0, "ci_low": 190.0, "ci_high": 210.0, "cv": 0.03,
                                          "normalised": 10.2}
-    assert compare.beyond_spread(na, nb, "normalised") is False
-    assert compare.beyond_spread(na, nb, "estimate") is True
+    assert history.beyond_spread(na, nb, "normalised") is False
+    assert history.beyond_spread(na, nb, "estimate") is True
 
 
 def test_history_shows_committed_runs_by_commit_and_machine_and_flags_real_changes(tmp_path):
@@ -415,8 +415,8 @@ def test_compare_lists_differing_metadata_and_says_what_is_incomparable(tmp_path
     assert "[differs] driver psycopg" not in text   # equal metadata is not listed
     meta, bad = compare.checked_metadata(store.open_run(a_id, tmp_path).manifest, store.open_run(b_id, tmp_path).manifest)
     assert set(bad) == {"mongo_pool"}
-    df = compare.compare(compare.summary_of(store.open_run(a_id, tmp_path)),
-                         compare.summary_of(store.open_run(b_id, tmp_path)), bad)
+    df = compare.compare(readout.summary_of(store.open_run(a_id, tmp_path)),
+                         readout.summary_of(store.open_run(b_id, tmp_path)), bad)
     assert dict(zip(df["figure"], df["comparable"]))["mongo_pool.bare.throughput_qps"] == "NO"
 
 
@@ -481,7 +481,7 @@ def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):
     assert "checked metadata: 1 difference(s)" in out.output and "[differs] machine" in out.output
     assert "1000 [950, 1050]" in out.output and "1234 [1200, 1300]" in out.output   # the stored figures
     assert "1 between holding and failing" in out.output
-    sa, sb = (compare.summary_of(store.open_run(i, tmp_path)) for i in (a_id, b_id))
+    sa, sb = (readout.summary_of(store.open_run(i, tmp_path)) for i in (a_id, b_id))
     verdicts, counts = compare.compare_verdicts(sa, sb)
     by_claim = verdicts.set_index("claim")
     assert (by_claim.at["001-pool-01", "A"], by_claim.at["001-pool-01", "B"]) == ("reproduced", "not reproduced")
@@ -505,5 +505,5 @@ def test_summarise_rewrites_the_summary_of_a_run_with_raw_data(smoke_run, tmp_pa
     s = store.load_summary(copy_)
     assert s["metrics"] and s["run_id"] == smoke_run.id
     assert not list(copy_.glob("*.tmp*")), "no temporary file left beside summary.json"
-    assert f"run {smoke_run.id}: complete" in compare.show_text(store.open_run(smoke_run.id, tmp_path))
+    assert f"run {smoke_run.id}: complete" in show.show_text(store.open_run(smoke_run.id, tmp_path))
     assert all(e.get("version") for e in smoke_run.experiments.values()), "study.run records each version"

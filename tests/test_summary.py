@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from harness import calibration, cli, compare, stats, store, summary
+from harness import calibration, cli, compare, readout, stats, store, summary
 
 METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", "ci_low", "ci_high", "ci_level",
                "cv", "n_repeats", "unstable", "normalised", "interpreter", "bottleneck"}
@@ -114,7 +114,7 @@ def test_summary_json_of_the_smoke_run(smoke_run):
 
 
 def test_compare_prints_both_runs_side_by_side(smoke_run):
-    df = compare.compare(compare.summary_of(smoke_run), compare.summary_of(smoke_run))
+    df = compare.compare(readout.summary_of(smoke_run), readout.summary_of(smoke_run))
     ratios = df[df["B/A"] != "—"]
     assert not ratios.empty and (ratios["B/A"] == "1.000").all()
     # no ratio only where the figure is zero (e.g. the failure rate of a clean smoke run)
@@ -134,7 +134,7 @@ def test_compare_agreement_says_which_of_absolute_and_normalised_agrees_better(t
         {"x": (100.0, 0.010), "y": (200.0, 0.020), "z": (300.0, 0.030), "w": (50.0, None)}), "claims": []}))
     (b.path / "summary.json").write_text(json.dumps({"metrics": metrics(
         {"x": (200.0, 0.010), "y": (440.0, 0.022), "z": (600.0, 0.030), "w": (500.0, None)}), "claims": []}))
-    agree = compare.compare_agreement(compare.summary_of(a), compare.summary_of(b))
+    agree = compare.compare_agreement(readout.summary_of(a), readout.summary_of(b))
     assert agree["n"] == 3  # w has no normalised value: left out of both measures
     assert agree["absolute"] == pytest.approx(1.0) and agree["normalised"] == pytest.approx(0.0)
     assert "median |B/A - 1| 100.0% absolute, 0.0% normalised" in compare.compare_text(a, b)
@@ -152,7 +152,7 @@ def test_compare_counts_verdicts_that_move_and_those_that_contradict(tmp_path):
     (b.path / "summary.json").write_text(json.dumps({"metrics": [], "claims": claims(
         {"x-01": "reproduced", "x-02": "not reproduced", "x-03": "direction only", "x-04": "inconclusive",
          "x-05": "reproduced"})}))
-    df, counts = compare.compare_verdicts(compare.summary_of(a), compare.summary_of(b))
+    df, counts = compare.compare_verdicts(readout.summary_of(a), readout.summary_of(b))
     assert dict(zip(df["claim"], df["change"])) == {"x-01": "same", "x-02": "OPPOSED", "x-03": "moved",
                                                     "x-04": "moved", "x-05": "only in one run"}
     assert counts == {"same": 1, "same class": 0, "moved": 2, "OPPOSED": 1, "only in one run": 1}

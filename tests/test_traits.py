@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness import claims, compare, registry, store, summary
+from harness import claims, compare, readout, registry, store, summary
 from harness.experiments.base import Experiment, Metric
 
 
@@ -54,7 +54,7 @@ def test_a_name_without_a_known_prefix_keeps_its_ceiling(renamed, tmp_path):
 
 
 def test_a_name_without_a_known_prefix_keeps_its_drivers(renamed):
-    assert renamed in compare.drivers()["asyncpg"] and renamed not in compare.drivers()["pymongo"]
+    assert renamed in readout.drivers()["asyncpg"] and renamed not in readout.drivers()["pymongo"]
 
     def manifest(asyncpg: str) -> dict:
         return {"experiments": {renamed: {"params": {}, "version": "v1"}},

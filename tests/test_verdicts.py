@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from harness import claims, compare, findings, verdicts
+from harness import claims, compare, findings, history, verdicts
 from harness.analysis import verify
 
 EMITTED = {
@@ -44,7 +44,7 @@ def test_an_unknown_word_is_open_and_verify_s_words_class_as_the_ledger_s():
 def _lesson_marks(head: str, a: str, b: str) -> set[str]:
     records = [{"summary": {"claims": [{"claim_id": head, "kind": "measurement", "verdict": v, "n_ran": 3}]},
                 "commit": f"{i}" * 7, "machine": "M1"} for i, v in enumerate((a, b), 1)]
-    text = compare.lessons_history_text(records)
+    text = history.lessons_history_text(records)
     row = text.split(f"({head}):")[1].splitlines()[2]
     return {m for m in ("MOVED", "OPPOSED") if row.rstrip().endswith(m)}
 
