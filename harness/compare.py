@@ -16,7 +16,7 @@ import pandas as pd
 from . import num, readout, stats, store, verdicts
 from .analysis import metric_name
 from .errors import HarnessError
-from .store import Run
+from .store import Manifest, Run
 
 # The compare functions take two runs' summaries (`readout.summary_of(run)`), so `compare_text` reads
 # each run's summary once.
@@ -99,7 +99,7 @@ def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFra
 
 # -- the machine: never the machine-id alone (issue 22 point 10) -------------------------------------
 
-def machine_identity(ma: dict[str, Any], mb: dict[str, Any], sa: dict[str, Any] | None = None,
+def machine_identity(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = None,
                      sb: dict[str, Any] | None = None) -> str:
     """How two runs' machines relate, from the boot ids, the CPUs (model, flags, MHz) and the in-run
     ceilings; e.g. "different boots, same CPU model (AMD EPYC), CPU flags not recorded, ceilings
@@ -154,7 +154,7 @@ def _ceilings_apart(ca: dict[str, dict[str, Any]], cb: dict[str, dict[str, Any]]
 INCOMPARABLE, MAYBE, NOTE = "INCOMPARABLE", "may be incomparable", "differs"
 
 
-def _driver_levels(m: dict[str, Any]) -> dict[str, str]:
+def _driver_levels(m: Manifest) -> dict[str, str]:
     """The departures experiment's driver levels (issue 25), as `prepare()` recorded them in the
     manifest: `<python> <level>` -> the versions installed for its pins (`pymongo 4.15.5`), `skipped`
     or `the lock's`. A level such as `pymongo=4.15.*` may resolve to another release in another run."""
@@ -173,7 +173,7 @@ def _driver_levels(m: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _server(m: dict[str, Any], role: str) -> tuple[str | None, str | None]:
+def _server(m: Manifest, role: str) -> tuple[str | None, str | None]:
     ident = (m.get("servers") or {}).get(role) or {}
     product = ident.get("product")
     version = ident.get("version")
@@ -188,7 +188,7 @@ def _param_diff(pa: dict[str, Any], pb: dict[str, Any]) -> list[str]:
     return [f"{k} {pa.get(k, '—')} vs {pb.get(k, '—')}" for k in keys if pa.get(k) != pb.get(k)]
 
 
-def checked_metadata(ma: dict[str, Any], mb: dict[str, Any], sa: dict[str, Any] | None = None,
+def checked_metadata(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = None,
                      sb: dict[str, Any] | None = None) -> tuple[list[dict[str, str]], dict[str, str]]:
     """Every piece of checked metadata on which two runs' manifests differ (as pyperf's checked
     metadata): rows of `what, A, B, effect`; and the experiments whose figures that makes

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from . import calibration, num, registry, stats, store
-from .store import Run
+from .store import Manifest, Run
 from .summary import THROUGHPUT_UNITS
 
 
@@ -65,11 +65,11 @@ def cvn(cv, n, unstable) -> str:
 CEILING_UNITS = {"pgbench": "tps", "python_cpu": "M loops/s"}
 
 
-def machine_of(manifest: dict[str, Any]) -> dict[str, Any]:
+def machine_of(manifest: Manifest) -> dict[str, Any]:
     return dict((manifest.get("environment") or {}).get("machine") or {})
 
 
-def ceilings(summary: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def ceilings(summary: dict[str, Any] | None, manifest: Manifest) -> dict[str, dict[str, Any]]:
     """The run's in-run ceilings (calibration before and after): which -> {value, cv, n}, value as
     `calibration.ceiling_for` gives it (pgbench in tps, python_cpu in millions of loops/s)."""
     cal = (summary or {}).get("calibration") or manifest.get("calibration") or {}
@@ -107,36 +107,32 @@ def drivers() -> dict[str, tuple[str, ...]]:
     return registry.drivers()
 
 
-def interpreter(m: dict[str, Any]) -> str | None:
+def interpreter(m: Manifest) -> str | None:
+    """`cpython 3.12.1 (gil)`: the client side's interpreter (for a run before interpreters were
+    recorded, `store.upgrade_manifest` gives it from the study's own Python, without a build)."""
     rec = (m.get("interpreter") or {}).get("interpreter") or {}
-    if rec.get("version"):
-        build = rec.get("build") or ("free-threaded" if rec.get("gil_disabled") else "")
-        return f"{rec.get('implementation', 'python')} {rec['version']}" + (f" ({build})" if build else "")
-    py = (m.get("environment") or {}).get("python") or {}
-    if py.get("version"):
-        return f"{str(py.get('implementation', 'python')).lower()} {py['version']}" + \
-            ("" if py.get("gil_enabled", True) else " (free-threaded)")
-    return None
+    if not rec.get("version"):
+        return None
+    build = rec.get("build") or ("free-threaded" if rec.get("gil_disabled") else "")
+    return f"{rec.get('implementation', 'python')} {rec['version']}" + (f" ({build})" if build else "")
 
 
-def packages(m: dict[str, Any]) -> dict[str, Any]:
+def packages(m: Manifest) -> dict[str, Any]:
     """Package versions the run's workers ran (the interpreter's venv), over the study's own."""
     study = (m.get("environment") or {}).get("packages") or {}
     return {**study, **((m.get("interpreter") or {}).get("packages") or {})}
 
 
-def placement(m: dict[str, Any]) -> str | None:
+def placement(m: Manifest) -> str | None:
     p = m.get("placement")
     if not p:
         return None
-    if isinstance(p, str):
-        return p
     cpus = (f" (servers {p['server_cpus']}, client {p.get('client_cpus')})"
             if p.get("placement") != "shared" and p.get("server_cpus") else "")
     return f"{p.get('placement')}{cpus}"
 
 
-def commit(m: dict[str, Any]) -> str | None:
+def commit(m: Manifest) -> str | None:
     g = (m.get("environment") or {}).get("git") or {}
     if not g.get("sha"):
         return None

@@ -12,10 +12,10 @@ import pandas as pd
 from . import num, readout, store
 from .analysis import metric_name
 from .errors import HarnessError
-from .store import Run
+from .store import Manifest, Run
 
 
-def _servers_lines(m: dict[str, Any]) -> list[str]:
+def _servers_lines(m: Manifest) -> list[str]:
     out = []
     for role, ident in (m.get("servers") or {}).items():
         if isinstance(ident, dict):
@@ -24,7 +24,7 @@ def _servers_lines(m: dict[str, Any]) -> list[str]:
     return out or ["  not recorded"]
 
 
-def _machine_line(m: dict[str, Any]) -> str:
+def _machine_line(m: Manifest) -> str:
     mach = readout.machine_of(m)
     if not mach:
         return "not recorded"

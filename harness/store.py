@@ -5,8 +5,9 @@ Where runs live (issue 23 point 3), each found by `open_run` and listed by `list
     data/history/<run-id>/     earlier committed runs: manifest.json and summary.json only
     data/runs/<run-id>/        new runs, raw data and all (git-ignored working area); `latest`
 `promote()` makes a run of data/runs the reference and moves the old reference's manifest and
-summary to data/history. Summaries are read through `load_summary()`, which upgrades every older
-summary format to the current one with `upgrade_summary()`.
+summary to data/history. Manifests are read through `load_manifest()` and summaries through
+`load_summary()`, which upgrade every older format to the current one (`upgrade_manifest()`,
+`upgrade_summary()`); `Manifest` declares the manifest's keys.
 
 Layout of one run:
     manifest.json                       format version, run id, profile, parameters, status, metadata
@@ -45,7 +46,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import pandas as pd
 
@@ -53,8 +54,8 @@ from . import config
 from .errors import HarnessError
 from .processes import write_json_atomic  # noqa: F401  (re-exported: the run store's writer)
 
-FORMAT_VERSION = 2          # 2: per-cell statuses in result.json; 1 is read (cells from repeats)
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3          # the run format new runs write (docs/FORMAT.md keeps the history)
+READABLE_FORMATS = (1, 2, 3)  # 1: cells derived from repeats; 1 and 2 upgraded by `upgrade_manifest`
 INCOMPLETE_PREFIX = ".incomplete-"
 CELL_STATUSES = ("ok", "failed", "skipped")
 CELL_COLUMNS = ["repeat", "variant", "status", "reason", "ops", "failed_ops"]
@@ -197,19 +198,7 @@ class Run:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        manifest_path = self.path / "manifest.json"
-        if not manifest_path.exists():
-            raise HarnessError(f"{self.path} is not a run (no manifest.json)")
-        try:
-            self.manifest = json.loads(manifest_path.read_text())
-        except ValueError as e:
-            raise HarnessError(f"{manifest_path}: malformed manifest.json ({str(e).splitlines()[0]})") from None
-        if not isinstance(self.manifest, dict):
-            raise HarnessError(f"{manifest_path}: malformed manifest.json (not a JSON object)")
-        version = self.manifest.get("format_version")
-        if version not in READABLE_FORMATS:
-            raise HarnessError(f"{self.path}: run format {version} is not a format this harness "
-                               f"reads ({', '.join(map(str, READABLE_FORMATS))})")
+        self.manifest: Manifest = load_manifest(self.path)
 
     @property
     def id(self) -> str:
@@ -338,8 +327,8 @@ def list_runs(data_dir: Path | None = None, where: tuple[str, ...] = LOCATIONS) 
         for d in _run_dirs(place, data_dir):
             base = {"path": str(d), "where": place, "has_summary": (d / "summary.json").exists()}
             try:
-                m = json.loads((d / "manifest.json").read_text())
-            except ValueError:
+                m = load_manifest(d)
+            except HarnessError:
                 out.append({"run_id": d.name, "status": "unreadable", "profile": None, "experiments": {},
                             "has_failures": None, **base})
                 continue
@@ -352,6 +341,101 @@ def list_runs(data_dir: Path | None = None, where: tuple[str, ...] = LOCATIONS) 
                                             "reasons": e.get("reasons", [])}
                                         for n, e in m.get("experiments", {}).items()}})
     return sorted(out, key=lambda r: (_bare_id(Path(r["path"]).name), LOCATIONS.index(r["where"])))
+
+
+# -- manifests: one reader, every format upgraded to the current one --------------------------------
+
+class Manifest(TypedDict, total=False):
+    """manifest.json in the current format (3), as `load_manifest` returns it whatever format is on
+    disk. Written by `RunWriter` and `study.run` as the run goes; docs/FORMAT.md lists these keys."""
+
+    format_version: int                 # the run format: 3 (`upgraded_from` holds an older one read)
+    upgraded_from: int                  # set by `upgrade_manifest` only: the format stored on disk
+    run_id: str
+    status: str                         # running | complete | failed | interrupted | incomplete
+    has_failures: bool                  # an experiment `partial` or `failed`
+    error: str                          # why a run that did not complete stopped
+    profile: str
+    repeat: int | None                  # the `--repeat` override
+    overrides: dict[str, Any]           # `--set` parameter overrides
+    command: list[str]                  # sys.argv
+    started_at: str
+    finished_at: str
+    wall_s: float
+    experiments: dict[str, dict[str, Any]]  # name -> title, needs, params, version, status, cells, ...
+    schedule: list[list[Any]]           # [experiment, repeat] in the order the repeats ran
+    timing: dict[str, dict[str, float]]  # name -> wall_s, measured_s (contract C3)
+    calibration: dict[str, Any]         # before, after: the in-run ceilings (contract C3)
+    environment: dict[str, Any]         # python, packages, machine, git, lock_sha256
+    interpreter: dict[str, Any]         # the client side's interpreter and its venv's packages
+    placement: dict[str, Any] | None    # client and server CPUs; null until the servers are placed
+    prepared: dict[str, Any]            # experiment -> what its `prepare()` recorded before servers start
+    servers: dict[str, dict[str, Any]]  # role -> product, version, label, source, uri
+    servers_provision_s: float
+    server_resets: list[dict[str, Any]]  # every CHECKPOINT + VACUUM ANALYZE between repeats
+    server_restarts: list[dict[str, Any]]  # every local server found dead and started again
+    summary: dict[str, Any]             # {"path": "summary.json"} or {"error": ...}
+
+
+def upgrade_manifest(d: Any, source: str = "manifest") -> Manifest:
+    """A manifest of any readable format in the current format's shape (a new dict; `d` is left as
+    it is). Format 3 writes, from the start of a run, what formats 1 and 2 wrote only sometimes or
+    in another shape; a manifest that lacks them (any format: hand-made ones too) gets:
+    - `interpreter`: `{}` when absent; its `interpreter` record (implementation, version, build)
+      from `environment.python` when it names no version (runs before interpreters were recorded);
+    - `placement`: `{"placement": <name>}` for a bare name; null when absent;
+    - `prepared`: `{}`; `server_resets`, `server_restarts`: `[]`; `experiments`, `environment`,
+      `servers`: `{}`.
+    An older format is marked `upgraded_from`. A HarnessError (one line, naming `source`) for
+    anything that is not a manifest, or a format this harness does not read."""
+    if not isinstance(d, dict):
+        raise HarnessError(f"{source}: malformed manifest.json (not a JSON object)")
+    version = d.get("format_version")
+    if version not in READABLE_FORMATS:
+        raise HarnessError(f"{source}: run format {version} is not a format this harness "
+                           f"reads ({', '.join(map(str, READABLE_FORMATS))})")
+    out = dict(d)
+    for key in ("experiments", "environment", "servers", "prepared"):
+        if not isinstance(out.get(key), dict):
+            out[key] = {}
+    for key in ("server_resets", "server_restarts"):
+        if not isinstance(out.get(key), list):
+            out[key] = []
+    interp = dict(out.get("interpreter") or {})
+    py = out["environment"].get("python") or {}
+    if not (interp.get("interpreter") or {}).get("version") and py.get("version"):
+        free = not py.get("gil_enabled", True)
+        interp["interpreter"] = {"implementation": str(py.get("implementation", "python")).lower(),
+                                 "version": py["version"], "gil_disabled": free,
+                                 "build": "free-threaded" if free else ""}
+    out["interpreter"] = interp
+    placement = out.get("placement")
+    out["placement"] = ({"placement": placement} if isinstance(placement, str)
+                        else placement if isinstance(placement, dict) and placement else None)
+    if version != FORMAT_VERSION:
+        out["upgraded_from"] = version
+    out["format_version"] = FORMAT_VERSION
+    return cast(Manifest, out)
+
+
+def load_manifest(where: Path) -> Manifest:
+    """A run directory's manifest.json (or the file), upgraded to the current format: the one way
+    the harness reads a manifest. One-line HarnessError for a missing or malformed file."""
+    f = Path(where)
+    f = f if f.suffix == ".json" else f / "manifest.json"
+    if not f.exists():
+        raise HarnessError(f"{f.parent} is not a run (no manifest.json)")
+    return upgrade_manifest(_read_json(f), str(f.parent))
+
+
+def _read_json(f: Path) -> Any:
+    """A run file's JSON; a one-line HarnessError naming the file when it is malformed or unreadable."""
+    try:
+        return json.loads(f.read_text())
+    except ValueError as e:
+        raise HarnessError(f"{f}: malformed {f.name} ({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise HarnessError(f"{f}: cannot read ({e.strerror or type(e).__name__})") from None
 
 
 # -- summaries: one reader, every format upgraded to the current one --------------------------------
@@ -412,13 +496,7 @@ def load_summary(where: Run | Path) -> dict[str, Any]:
     if not f.exists():
         raise HarnessError(f"{f.parent}: no summary.json (a run with raw data gets one from "
                            f"`python -m harness summarise {f.parent.name}`)")
-    try:
-        d = json.loads(f.read_text())
-    except ValueError as e:
-        raise HarnessError(f"{f}: malformed summary.json ({str(e).splitlines()[0]})") from None
-    except OSError as e:
-        raise HarnessError(f"{f}: cannot read ({e.strerror or type(e).__name__})") from None
-    return upgrade_summary(d, str(f))
+    return upgrade_summary(_read_json(f), str(f))
 
 
 # -- promotion: a new run becomes the reference ------------------------------------------------------

@@ -6,8 +6,8 @@ experiments (A B C A B C, not A A A B B B), so drift on a shared machine spreads
 datasets load before the first round; after loading, and after any repeat of an experiment that
 writes, PostgreSQL is checkpointed and vacuumed so one experiment's writes do not land in the next
 one's window. Manifest keys written here: `schedule` (the order repeats ran in), per experiment
-`status`, `cells` (counts), `reasons`, `repeats`, `network`; `timing`, `calibration`,
-`server_resets`, `has_failures` (see `store`).
+`status`, `cells` (counts), `reasons`, `repeats`, `network`; `timing`, `calibration`, `placement`,
+`prepared`, `server_resets`, `server_restarts`, `has_failures` (see `store.Manifest`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,7 +88,7 @@ def schedule(planned: list[Planned]) -> list[tuple[Planned, int]]:
     return [(p, k) for k in range(rounds) for p in planned if k < p.repeats]
 
 
-def repeat_seconds(planned: list[Planned], reference: dict[str, Any] | None = None) -> dict[str, float]:
+def repeat_seconds(planned: list[Planned], reference: Mapping[str, Any] | None = None) -> dict[str, float]:
     """About how long one repeat of each planned experiment takes, for the progress bar's ETA: the
     median repeat of that experiment in `reference` (a run's manifest; default: the committed
     reference run's, which records every repeat's seconds), else the median over that run's
@@ -244,6 +244,8 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         "environment": environment.collect(),
         "interpreter": (venv.record() if venv else interpreters.ensure_venv(interpreters.resolve(None)).record()),
         "prepared": prepared,
+        # format 3: present from the start (store.Manifest), filled in as the run goes
+        "placement": None, "server_resets": [], "server_restarts": [],
     })
     emit("run_started", {"run_id": writer.run_id, "path": str(writer.path), "repeats": len(order)})
     stack = None
@@ -288,7 +290,6 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
 def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: ServerStack,
            writer: RunWriter, emit: Emit, python: str | None = None) -> None:
     m = writer.manifest
-    m["server_resets"] = []
     runnable = {p.experiment.name for p in planned}
     loaded_any = False
     for p in planned:  # every dataset before the first round
@@ -316,7 +317,7 @@ def _study(planned: list[Planned], order: list[tuple[Planned, int]], stack: Serv
         # PostgreSQL died still answers ping. A server given by URI fails the check, and this repeat.
         restarted = servers.restart_dead(stack)
         if restarted:
-            m.setdefault("server_restarts", []).append({"before": f"{name} r{k}", "what": restarted})
+            m["server_restarts"].append({"before": f"{name} r{k}", "what": restarted})
             emit("servers_restarted", {"experiment": name, "restarted": restarted})
         dead = servers.not_answering(stack, p.experiment.needs)
         result: dict[str, Any]
@@ -417,7 +418,7 @@ def _keep_server_logs(stack: ServerStack, dest: Path) -> None:
                                           "is left incomplete and data/runs/latest is unchanged") from None
 
 
-def timing_lines(manifest: dict[str, Any]) -> list[str]:
+def timing_lines(manifest: Mapping[str, Any]) -> list[str]:
     """Per experiment wall and measured time, and the run's measured/wall ratio (issue 10 item 6)."""
     timing = manifest.get("timing") or {}
     lines = []

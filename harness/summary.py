@@ -32,14 +32,13 @@ the machine-dependence; `chance_wrong` is gone (it was not sound: see `multiple_
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from . import calibration, claims, stats
+from . import calibration, claims, stats, store
 from .analysis import metric_name
 from .store import Run, write_json_atomic
 
@@ -167,20 +166,19 @@ def write(run_path: Path) -> dict[str, Any]:
 
 
 def load(run: Run) -> dict[str, Any]:
-    """summary.json of a run, computed now if the run has none (runs made before it existed)."""
-    f = run.path / "summary.json"
-    if f.exists():
-        return json.loads(f.read_text())
+    """summary.json of a run through `store.load_summary` (upgraded to the current version), computed
+    now if the run has none (runs made before it existed)."""
+    if store.summary_path(run).exists():
+        return store.load_summary(run)
     return build(run)
 
 
 def stability_warnings(run: Run) -> list[str]:
     """One line per figure whose CV over repeats is >= 10% with n >= 5 (pyperf's rule), from the
     run's summary.json (none if the run has none)."""
-    f = run.path / "summary.json"
-    if not f.exists():
+    if not store.summary_path(run).exists():
         return []
-    rows = json.loads(f.read_text()).get("metrics", [])
+    rows = store.load_summary(run).get("metrics", [])
     return [f"WARNING unstable: {metric_name(r['experiment'], r['variant'], r['metric'])} = {r['median']:.4g} "
             f"{r['unit']}, CV {100 * r['cv']:.1f}% over {r['n_repeats']} repeats"
             for r in rows if r.get("unstable")]
