@@ -42,14 +42,17 @@ Verdicts, decided in this order:
                        no verdict rests on it); an equivalence row with a zero
 plus `not measured in this run` when a figure is missing.
 
-Multiple comparisons. Each judged row runs two one-sided tests (its seed's side and the opposite
-one), so the ledger runs about a hundred tests at 5% each. `verdict_raw` is each row's own verdict;
-`verdict` applies Holm's step-down adjustment over every one-sided test of the run's judged rows
-(`p_adjusted`): a decisive verdict whose adjusted p-value is >= 5% becomes `inconclusive`. Holm
-keeps the chance of even one false decisive verdict among all rows at 5% under any dependence
-between them. Rows share windows and repeats, so their tests are correlated in ways not known to be
-positive: Benjamini-Hochberg's false-discovery control assumes positive dependence, which is not
-known to hold here, hence Holm.
+Multiple comparisons, by lesson (issue 35). Each judged row runs two one-sided tests (its seed's
+side and the opposite one). `verdict_raw` is each row's own verdict; `verdict` applies the
+adjustment of the row's family (`adjust`, `error_family`): the ledger names one primary row per
+lesson (`primary`, the README's twelve, written before any run), and Holm's step-down adjustment
+runs over the primary rows' tests only, keeping the chance of even one false decisive lesson
+verdict at 5% under any dependence between them; every other judged row is supporting, judged with
+Benjamini-Hochberg's q over the supporting rows' tests (the expected share of false decisive
+verdicts among them at 5%, under positive dependence: plausible, since they share windows and
+repeats, but not known). A decisive verdict whose adjusted p or q is >= 5% becomes `inconclusive`.
+Holm over all ~84 tests (version 2) spent the power of every lesson on the supporting rows: at
+n = 3 its critical t was 29.
 
 Removed from the earlier ledger, because they could not fail: Little's-law rows (in a closed loop,
 clients / throughput is the mean latency by construction) and the per-connection and pool-bound
@@ -424,7 +427,7 @@ def _ceiling(run: Run, names: tuple[str, ...]) -> str:
 def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every ledger row against `run`: the figures it used (medians of a and b over the repeats it
     used, the ratio a / b's estimate with its interval at `ci_level`, n_used of n_ran repeats, the
-    smallest detectable ratio), its raw verdict and its verdict after Holm's adjustment
+    smallest detectable ratio), its raw verdict and its verdict after its family's adjustment
     (`adjust`). `attrs["multiple_comparisons"]` says what the adjustment did."""
     if frame is None:
         frame, errors = collect_frame(run)
@@ -451,7 +454,7 @@ def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame |
                "p_opposite": None, "p_adjusted": None, "detectable": None, "verdict_raw": CONTEXT,
                "verdict": CONTEXT, "reason": "", "bottleneck_measured": "", "server": "", "missing": "",
                "ceiling": _ceiling(run, names) if machine_dependent else "", "interpreter": interpreter,
-               "note": c["note"]}
+               "note": c["note"], "primary": c.get("primary", "")}
         if c["kind"] != "context":
             present = c["role"] in run.manifest.get("servers", {})
             row["server"] = run.server_label(c["role"]) if present else f"no {c['role']} server in this run"
@@ -517,40 +520,69 @@ def _measurement(c: Mapping[str, Any], a: dict[int, float], b: dict[int, float] 
 
 
 def adjust(evaluated: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
-    """Holm's step-down adjustment over every one-sided test of the judged rows (two per row: the
-    seed's side, `p_seed`, and the opposite one, `p_opposite`): `p_adjusted` is the adjusted p-value
-    of the row's `p_value`, and a decisive `verdict_raw` whose adjusted p-value is >= alpha becomes
-    an `inconclusive` `verdict`. `attrs["multiple_comparisons"]`: method, alpha, tested (rows),
-    hypotheses (one-sided tests), undone (claim ids whose decisive verdict was undone), guarantee."""
+    """Error control by lesson, over every one-sided test of the judged rows (two per row: the
+    seed's side, `p_seed`, and the opposite one, `p_opposite`), in two families:
+    - the primary rows (the ledger's `primary`: one per lesson, named before any run): Holm's
+      step-down adjustment, which keeps the chance of even one false decisive lesson verdict at
+      alpha under any dependence;
+    - every other judged row, supporting: Benjamini-Hochberg q-values, which keep the expected
+      share of false decisive verdicts among the supporting rows' decisive ones at alpha (under
+      positive dependence between their tests, which is plausible but not known here: they share
+      windows and repeats).
+    `p_adjusted` is the adjusted p-value (Holm) or q-value (BH) of the row's `p_value`;
+    `error_family` says which; a decisive `verdict_raw` whose adjusted value is >= alpha becomes
+    an `inconclusive` `verdict`. Without a `primary` column (an old ledger), every row is primary:
+    Holm over all, as before. `attrs["multiple_comparisons"]`: method, alpha, tested (rows),
+    hypotheses (one-sided tests), undone (claim ids whose decisive verdict was undone), families
+    (the same per family) and guarantee."""
     out = evaluated.copy()
-    tests, where = [], []
-    for i, r in out.iterrows():
-        for side in ("p_seed", "p_opposite"):
-            p = r.get(side)
-            if num.finite(p) is not None:
-                tests.append(float(p))
-                where.append((i, side))
-    adjusted = stats.holm(tests) if tests else np.array([])
-    by = {key: float(p) for key, p in zip(where, adjusted)}
-    undone = []
-    for i, r in out.iterrows():
-        if num.finite(r.get("p_value")) is None:
-            continue
-        side = "p_opposite" if r["verdict_raw"] == NOT_REPRODUCED else "p_seed"
-        p_adj = by.get((i, side))
-        out.at[i, "p_adjusted"] = p_adj
-        if r["verdict_raw"] in DECISIVE and p_adj is not None and not p_adj < alpha:
-            out.at[i, "verdict"] = INCONCLUSIVE
-            out.at[i, "reason"] = _join(r["reason"], f"{r['verdict_raw']} before Holm's adjustment; adjusted "
-                                                     f"p = {p_adj:.3g} >= {alpha:g} over {len(tests)} one-sided tests")
-            undone.append(r["claim_id"])
-    rows = len({i for i, _ in where})
+    primary = (out["primary"].fillna("").astype(str) != "") if "primary" in out else pd.Series(True, out.index)
+    out["error_family"] = np.where(primary, "primary", "supporting")
+    out["p_adjusted"] = None
+    undone: list[str] = []
+    families: dict[str, dict[str, Any]] = {}
+    for family, adjust_p, word in (("primary", stats.holm, "Holm's adjustment over the primary rows"),
+                                   ("supporting", stats.benjamini_hochberg,
+                                    "Benjamini-Hochberg's q over the supporting rows")):
+        tests, where = [], []
+        for i, r in out[out["error_family"] == family].iterrows():
+            for side in ("p_seed", "p_opposite"):
+                p = r.get(side)
+                if num.finite(p) is not None:
+                    tests.append(float(p))
+                    where.append((i, side))
+        by = {key: float(p) for key, p in zip(where, adjust_p(tests) if tests else [])}
+        undone_here = []
+        for i, r in out[out["error_family"] == family].iterrows():
+            if num.finite(r.get("p_value")) is None:
+                continue
+            side = "p_opposite" if r["verdict_raw"] == NOT_REPRODUCED else "p_seed"
+            p_adj = by.get((i, side))
+            out.at[i, "p_adjusted"] = p_adj
+            if r["verdict_raw"] in DECISIVE and p_adj is not None and not p_adj < alpha:
+                out.at[i, "verdict"] = INCONCLUSIVE
+                out.at[i, "reason"] = _join(r["reason"], f"{r['verdict_raw']} before {word}; adjusted p = "
+                                                         f"{p_adj:.3g} >= {alpha:g} over {len(tests)} one-sided tests")
+                undone_here.append(r["claim_id"])
+        families[family] = {"tested": len({i for i, _ in where}), "hypotheses": len(tests), "undone": undone_here}
+        undone += undone_here
+    if not primary.all():
+        method = "holm (primary rows) + bh (supporting rows)"
+        guarantee = (f"Holm's step-down adjustment over the {families['primary']['hypotheses']} one-sided tests of "
+                     f"the {families['primary']['tested']} primary rows (one per lesson) keeps the chance of even one "
+                     f"false decisive lesson verdict at {alpha:.0%} or less, whatever the dependence between them; "
+                     f"Benjamini-Hochberg's q over the {families['supporting']['hypotheses']} tests of the "
+                     f"{families['supporting']['tested']} supporting rows keeps the expected share of false decisive "
+                     f"verdicts among theirs at {alpha:.0%} under positive dependence.")
+    else:
+        method = "holm"
+        guarantee = (f"Holm's step-down adjustment over the {families['primary']['hypotheses']} one-sided tests of the "
+                     f"{families['primary']['tested']} judged rows keeps the chance of even one false decisive "
+                     f"verdict at {alpha:.0%} or less, whatever the dependence between rows.")
     out.attrs["multiple_comparisons"] = {
-        "method": "holm", "alpha": alpha, "tested": rows, "hypotheses": len(tests), "undone": undone,
-        "guarantee": (f"Holm's step-down adjustment over the {len(tests)} one-sided tests of the {rows} judged rows "
-                      f"keeps the chance of even one false decisive verdict at {alpha:.0%} or less, whatever the "
-                      "dependence between rows (they share windows and repeats, so Benjamini-Hochberg's "
-                      "positive-dependence assumption is not known to hold).")}
+        "method": method, "alpha": alpha, "tested": sum(int(f["tested"]) for f in families.values()),
+        "hypotheses": sum(int(f["hypotheses"]) for f in families.values()), "undone": undone,
+        "families": families, "guarantee": guarantee}
     return out
 
 

@@ -84,7 +84,7 @@ from .errors import HarnessError
 LEDGER_PATH = Path(__file__).with_name("claims_ledger.csv")
 COLUMNS = ("claim_id", "document", "kind", "section", "sentence", "seed_value", "seed_unit",
            "comparison", "a", "b", "direction", "reference", "margin", "bound", "premise",
-           "machine_dependent", "role", "note")
+           "machine_dependent", "role", "note", "primary")
 BAND_FACTOR = 2.0   # the band rule: the seed's number within this factor either way (log scale)
 DOCUMENTS = {"000": "Async PyMongo in FastAPI (sync vs async under Locust)",
              "001": "Using MongoDB with PyMongo's Async API (three traps)",
@@ -302,6 +302,11 @@ def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
     dup = df["claim_id"][df["claim_id"].duplicated()].tolist()
     if dup:
         raise ExpressionError(f"{path}: duplicate claim ids {dup}")
+    named = df["primary"][df["primary"] != ""]
+    if named.duplicated().any():
+        raise ExpressionError(f"{path}: lessons with two primary rows {sorted(set(named[named.duplicated()]))}")
+    if (df.loc[named.index, "kind"] != "measurement").any():
+        raise ExpressionError(f"{path}: a primary row (`primary`: its lesson) must be a measurement row")
     problems = []
     for row in df.itertuples(index=False):
         problems += [f"{row.claim_id}: {p}" for p in _row_problems(row)]

@@ -118,9 +118,12 @@ def show_text(run: Run, experiment: str | None = None) -> str:
              f"commit {readout.commit(m) or '—'}; started {m.get('started_at') or '—'}, finished "
              f"{m.get('finished_at') or '—'}"
              + (f", {m['wall_s'] / 3600:.1f} h" if num.known(m.get("wall_s")) else "")]
-    if s.get("upgraded_from"):
+    if s.get("upgraded_from") == 1:
         lines.append(f"summary format version {s['upgraded_from']} (upgraded: estimates are the medians, "
                      "verdicts unadjusted, n used = n ran)")
+    elif s.get("upgraded_from"):
+        lines.append(f"summary format version {s['upgraded_from']} (upgraded: verdicts adjusted by Holm over "
+                     "every judged row, not by lesson)")
     lines.append("machine: " + _machine_line(m))
     lines.append("ceilings: " + readout.ceiling_text(readout.ceilings(s, m)))
     lines.append(f"interpreter: {readout.interpreter(m) or '—'}; placement: {readout.placement(m) or '—'}")
@@ -162,7 +165,7 @@ def show_text(run: Run, experiment: str | None = None) -> str:
                          f"{mc.get('tested', '?')} tested rows" + (f"; undid {', '.join(map(str, undone))}"
                                                                    if undone else "")
                          + (f". {mc['guarantee']}" if mc.get("guarantee") else ""))
-        elif s.get("upgraded_from"):
+        elif s.get("upgraded_from") == 1:
             lines.append("  multiple comparisons: none (a version-1 summary: every verdict unadjusted)")
     lines.append("")
     lines.append("bottlenecks (as measured, per experiment; the variants measured with each):")

@@ -453,6 +453,21 @@ def sign_test(values: Sequence[float] | np.ndarray, reference: float,
             "below_share_low": float(down.low), "below_share_high": float(down.high), "confidence": confidence}
 
 
+def benjamini_hochberg(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg q-values (NaN stays NaN and is not counted in the family), by statsmodels.
+
+    Rejecting where q < alpha keeps the expected share of false rejections among the rejections at
+    alpha, for independent tests or tests of positive dependence (PRDS)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    if idx.size:
+        out[idx] = multipletests(p[idx], method="fdr_bh")[1]
+    return out
+
+
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (NaN stays NaN and is not counted in the family).
 

@@ -440,8 +440,8 @@ def _read_json(f: Path) -> Any:
 
 # -- summaries: one reader, every format upgraded to the current one --------------------------------
 
-SUMMARY_VERSION = 2   # the summary format `load_summary` returns (docs/FORMAT.md keeps the history)
-SUMMARY_VERSIONS = (1, 2)
+SUMMARY_VERSION = 3   # the summary format `load_summary` returns (docs/FORMAT.md keeps the history)
+SUMMARY_VERSIONS = (1, 2, 3)
 
 
 def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
@@ -452,6 +452,10 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
       `estimate_from` = "median (v1)";
     - claim rows: `verdict_raw` := `verdict` (no correction was applied), `n_used` := `n_ran` := `n`,
       `estimate` := `value`, `ci_level` = 0.95 (the interval version 1 stored), `p_adjusted` = null.
+    Version 2 (issue 22 to issue 35) adjusted every judged row with Holm's correction over all of
+    them; version 3 adjusts by lesson (Holm over the primary rows, Benjamini-Hochberg over the
+    rest, `claims.adjust`). A version-2 claim row gets `primary` = "" and `error_family` = "all rows
+    (Holm, version 2)": its `verdict` and `p_adjusted` are the old rule's, kept as they were.
     A summary with no version is version 1. A HarnessError (one line, naming `source`) for anything
     that is not a summary, or a version this harness does not read."""
     if not isinstance(d, dict):
@@ -478,6 +482,10 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
             r.setdefault("estimate", r.get("value"))
             r.setdefault("ci_level", 0.95)
             r.setdefault("p_adjusted", None)
+    if version < 3:
+        for r in claims:
+            r.setdefault("primary", "")
+            r.setdefault("error_family", "all rows (Holm, version 2)" if version == 2 else "none (version 1)")
         out["upgraded_from"] = version
     out.update(summary_version=SUMMARY_VERSION, metrics=metrics, claims=claims)
     return out

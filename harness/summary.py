@@ -42,7 +42,7 @@ from . import calibration, claims, stats, store
 from .analysis import metric_name
 from .store import Run, write_json_atomic
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = store.SUMMARY_VERSION   # one number, the store's (it upgrades every older one)
 THROUGHPUT_UNITS = ("req/s", "queries/s", "transactions/s")
 
 
@@ -108,7 +108,8 @@ CLAIM_KEYS = ("claim_id", "document", "kind", "comparison", "section", "sentence
               "seed_value", "seed_unit", "a", "b", "a_median", "b_median", "estimate", "ci_low", "ci_high",
               "ci_level", "method", "n_used", "n_ran", "reason", "p_value", "p_adjusted", "detectable",
               "band_low", "band_high", "margin", "bound", "reference", "direction", "premise",
-              "bottleneck_measured", "machine_dependent", "ceiling", "server", "interpreter", "missing")
+              "bottleneck_measured", "machine_dependent", "ceiling", "server", "interpreter", "missing",
+              "primary", "error_family")
 
 
 def claim_rows(evaluated: pd.DataFrame) -> list[dict[str, Any]]:

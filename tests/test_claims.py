@@ -457,3 +457,33 @@ def test_ledger_metric_names_match_the_analysis_modules(smoke_run, smoke_frame, 
             elif _shape(name) not in shapes:
                 problems.append(f"{row.claim_id}: no analysis module computes {ref}")
     assert not problems, "\n".join(problems)
+
+
+def test_error_control_by_lesson_holm_for_primary_rows_bh_for_the_rest():
+    """Issue 35: Holm over the primary rows only (one per lesson), Benjamini-Hochberg q over the
+    supporting rows. A primary row at p = 0.01 among two primary rows stands (Holm: 0.04 over four
+    tests); the same p among many supporting rows stands too, where Holm over all would undo it."""
+    def row(cid, p, primary=""):
+        return {"claim_id": cid, "verdict_raw": claims.REPRODUCED, "verdict": claims.REPRODUCED, "reason": "",
+                "p_value": p, "p_seed": p, "p_opposite": 1 - p, "p_adjusted": None, "primary": primary}
+    supporting = [row(f"s-{k:02d}", 0.001 * (k + 1)) for k in range(20)]
+    ev = pd.DataFrame([row("lesson-a", 0.01, "a"), row("lesson-b", 0.002, "b"), *supporting])
+    out = claims.adjust(ev)
+    by = out.set_index("claim_id")
+    assert by.at["lesson-a", "verdict"] == claims.REPRODUCED and by.at["lesson-a", "p_adjusted"] == pytest.approx(0.03)
+    assert by.at["lesson-a", "error_family"] == "primary" and by.at["s-05", "error_family"] == "supporting"
+    # BH over the 40 supporting tests: the k-th smallest p times 40 / k (the p_opposite sides are ~1)
+    assert by.at["s-19", "p_adjusted"] == pytest.approx(0.02 * 40 / 20)
+    assert by.at["s-19", "verdict"] == claims.REPRODUCED
+    assert (claims.adjust(ev.drop(columns=["primary"])).set_index("claim_id").at["s-19", "verdict"]
+            == claims.INCONCLUSIVE)   # Holm over all 44 tests: 0.02 x 25 >= 0.05
+    mc = out.attrs["multiple_comparisons"]
+    assert mc["families"]["primary"]["tested"] == 2 and mc["families"]["supporting"]["tested"] == 20
+    assert mc["method"].startswith("holm (primary rows)")
+
+
+def test_each_lesson_has_its_primary_row_in_the_ledger():
+    from harness import findings
+
+    primary = LEDGER[LEDGER["primary"] != ""].set_index("primary")["claim_id"].to_dict()
+    assert primary == {lesson.id: lesson.claims[0] for lesson in findings.LESSONS}

@@ -108,7 +108,7 @@ def test_upgrade_maps_a_v1_summary_to_the_v2_shape_and_leaves_its_input_alone():
     before = copy.deepcopy(v1)
     up = store.upgrade_summary(v1)
     assert v1 == before, "upgrade_summary must not change what it was given"
-    assert up["summary_version"] == 2 and up["upgraded_from"] == 1
+    assert up["summary_version"] == store.SUMMARY_VERSION and up["upgraded_from"] == 1
     m = up["metrics"][0]
     assert m["estimate"] == m["median"] == 1000.0 and m["estimate_from"] == "median (v1)"
     c = up["claims"][1]
@@ -122,14 +122,15 @@ def test_upgrade_maps_a_v1_summary_to_the_v2_shape_and_leaves_its_input_alone():
 def test_upgrade_keeps_a_v2_summary_as_written():
     v2 = _summary_v2("r2")
     up = store.upgrade_summary(v2)
-    assert "upgraded_from" not in up
+    assert up["upgraded_from"] == 2 and up["claims"][0]["error_family"] == "all rows (Holm, version 2)"
+    assert "upgraded_from" not in store.upgrade_summary({**v2, "summary_version": store.SUMMARY_VERSION})
     assert up["metrics"][0]["estimate"] == 990.0 and "estimate_from" not in up["metrics"][0]
     assert up["claims"][0]["verdict_raw"] == "reproduced" and up["claims"][0]["verdict"] == "inconclusive"
 
 
 @pytest.mark.parametrize("bad, words", [
     ([1, 2], "expected a JSON object"),
-    ({"summary_version": 3, "metrics": []}, "summary version 3"),
+    ({"summary_version": 4, "metrics": []}, "summary version 4"),
     ({"summary_version": 1, "metrics": {"a": 1}}, "`metrics` is not a list"),
     ({"summary_version": 2, "metrics": [], "claims": ["x"]}, "`claims` is not a list"),
 ])
@@ -277,7 +278,8 @@ def test_show_prints_a_v2_runs_adjusted_and_raw_verdicts(tmp_path):
     rid = "20261201T000000Z-full-bbbb"
     _put(tmp_path, "history", rid, _manifest(rid), _summary_v2(rid))
     text = show.show_text(store.open_run(rid, tmp_path))
-    assert "summary format version" not in text
+    assert "summary format version 2 (upgraded: verdicts adjusted by Holm over every judged row" in text
+    assert "estimates are the medians" not in text      # that is version 1's note
     assert "990 [950, 1050]" in text            # the estimate, with the median beside it
     row = next(line for line in text.splitlines() if "mongo_pool.bare.throughput_qps" in line)
     assert " 1000 " in row

@@ -17,7 +17,8 @@ METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", 
 CLAIM_KEYS = {"claim_id", "seed", "kind", "comparison", "section", "sentence", "verdict", "verdict_raw", "seed_value",
               "seed_unit", "a_median", "b_median", "estimate", "ci_low", "ci_high", "ci_level", "n_used", "n_ran",
               "reason", "p_value", "p_adjusted", "detectable", "band_low", "band_high", "margin", "reference",
-              "direction", "premise", "bottleneck_measured", "machine_dependent", "server", "interpreter", "missing"}
+              "direction", "premise", "bottleneck_measured", "machine_dependent", "server", "interpreter", "missing",
+              "primary", "error_family"}
 
 
 def _run_dir(tmp_path, name: str, manifest: dict) -> store.Run:
@@ -69,7 +70,7 @@ def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):
     assert row["estimate"] == pytest.approx(stats.summarise(values)["estimate"])
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"] and row["ci_level"] == pytest.approx(0.95)
     assert row["median"] == 1.0 < row["ci_low"]   # the median lies outside: it is labelled, not the estimate
-    assert summary.SUMMARY_VERSION == 2
+    assert summary.SUMMARY_VERSION == store.SUMMARY_VERSION == 3
 
 
 def test_claim_rows_carry_every_key_the_findings_read(tmp_path):
@@ -82,7 +83,9 @@ def test_claim_rows_carry_every_key_the_findings_read(tmp_path):
     assert rows and all(CLAIM_KEYS <= set(r) for r in rows)
     assert all(isinstance(r["machine_dependent"], bool) for r in rows)
     mc = ev.attrs["multiple_comparisons"]
-    assert mc["method"] == "holm" and mc["undone"] == [] and {"alpha", "tested", "undone"} <= set(mc)
+    assert mc["method"] == "holm (primary rows) + bh (supporting rows)" and mc["undone"] == []
+    assert {"alpha", "tested", "undone", "families"} <= set(mc)
+    assert {r["error_family"] for r in rows if r["primary"]} <= {"primary"}
 
 
 def test_summary_json_of_the_smoke_run(smoke_run):
@@ -97,10 +100,11 @@ def test_summary_json_of_the_smoke_run(smoke_run):
             assert r["ci_low"] <= r["ci_high"]
     pg = [r for r in out["metrics"] if r["experiment"] == "pg_models" and r["metric"] == "rps"]
     assert pg and all(r["bottleneck"] for r in pg), "pg_models rows name their limiting resource"
-    assert out["summary_version"] == 2 and all(CLAIM_KEYS <= set(c) for c in out["claims"])
+    assert out["summary_version"] == 3 and all(CLAIM_KEYS <= set(c) for c in out["claims"])
     assert "chance_wrong" not in out
     mc = out["multiple_comparisons"]
-    assert mc["method"] == "holm" and mc["alpha"] == 0.05 and set(mc["undone"]) <= {c["claim_id"] for c in out["claims"]}
+    assert mc["method"] == "holm (primary rows) + bh (supporting rows)" and mc["alpha"] == 0.05
+    assert set(mc["undone"]) <= {c["claim_id"] for c in out["claims"]}
     for c in out["claims"]:
         if c["claim_id"] in mc["undone"]:
             assert c["verdict"] == "inconclusive" and c["verdict_raw"] != c["verdict"] and c["p_adjusted"] >= 0.05
