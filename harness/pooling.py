@@ -71,7 +71,6 @@ lessons. "k of K runs agree": the pooled runs whose own verdict has the pooled v
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,6 +84,7 @@ from scipy import stats as sps
 from scipy.optimize import brentq
 from statsmodels.stats.meta_analysis import combine_effects
 
+from . import store
 from .verdicts import (
     DIRECTION_ONLY,
     EQUIVALENT,
@@ -248,7 +248,7 @@ def _solve_pm(y: np.ndarray, v: np.ndarray) -> float:
 # -- one run's contribution ------------------------------------------------------------------------
 
 def rules_version(summary: Mapping[str, Any]) -> int:
-    """The verdict rules a summary was judged by: its format version (1 or 2), also when it was read
+    """The verdict rules a summary was judged by: its format version (1, 2 or 3), also when it was read
     through `harness.store.upgrade_summary` (which keeps the original as `upgraded_from`)."""
     return int(summary.get("upgraded_from") or summary.get("summary_version") or 1)
 
@@ -388,14 +388,13 @@ class RunRecord:
 
 
 def read_run(directory: Path | str) -> RunRecord:
-    """A run directory's manifest.json and summary.json as a RunRecord: boot id from
-    `environment.machine.boot_id`, versions from `experiments.<name>.version`. The summary is read as
-    stored (version 1 or 2); OSError or ValueError for a file that cannot be read."""
+    """A run directory's manifest.json and summary.json as a RunRecord, both read through the
+    store's upgrades (`store.load_manifest`, `store.load_summary`, which keeps the stored summary
+    version as `upgraded_from`): boot id from `environment.machine.boot_id`, versions from
+    `experiments.<name>.version`. A one-line HarnessError for a file that cannot be read."""
     d = Path(directory)
-    summary = json.loads((d / "summary.json").read_text())
-    manifest = json.loads((d / "manifest.json").read_text())
-    if not isinstance(summary, dict) or not isinstance(manifest, dict):
-        raise ValueError(f"{d}: summary.json and manifest.json must be JSON objects")
+    summary = store.load_summary(d)
+    manifest: Mapping[str, Any] = store.load_manifest(d)
     machine = (manifest.get("environment") or {}).get("machine") or {}
     exps = manifest.get("experiments") or {}
     versions = {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
