@@ -16,12 +16,13 @@ own thread, reads that thread's CPU clock (`time.thread_time_ns`) and its run-qu
 field of `/proc/self/task/<tid>/schedstat`: ns runnable but waiting for a core; one `pread` of a
 file kept open, under a microsecond), and each sample carries the differences since the previous
 read: `run_s` (the loop thread's own CPU time), `wait_s` (its run-queue wait) and `span_s` (the
-wall-clock time between the two reads). The CPU comes from the thread clock, not schedstat's first
-field, which the kernel brings up to date for a running thread only at scheduler ticks and switches,
-not when it is read. A sample's
+wall-clock time from before the previous reads to after these, so it holds both readings). The
+CPU comes from the thread clock, not schedstat's first field, which the kernel brings up to date for
+a running thread only at scheduler ticks and switches, not when it is read. A sample's
 reads bracket its stall: the previous read is the previous wake-up, a scheduled interval before
 this one was due, so `run_s` is the stall's own CPU plus at most that interval's (an upper bound of
-what the blocking code cost), and span_s = run_s + wait_s + the time the thread slept. Without
+what the blocking code cost), and span_s >= run_s + wait_s (the rest is the time the thread
+slept and the reads themselves). Without
 schedstat (not Linux) wait_s is NaN.
 
 `measure_resolution()` runs the probe with nothing else on the loop and returns its samples and its
@@ -135,8 +136,10 @@ class LoopProbe:
                 wait1 = waits.read() if waits else 0
                 # The sample is stamped with the moment the wake-up was due, so a stall shows at the
                 # time it began, with its length as the lateness; run and wait cover the span since
-                # the previous read (the previous wake-up), which holds the whole stall.
-                append((due - t0, now - due, now - read_at, (run1 - run0) / 1e9,
+                # the previous read (the previous wake-up), which holds the whole stall. The span runs
+                # from before the previous wake-up's reads to after this one's: a preemption between
+                # the clock and the schedstat read is then inside it, whichever reading it lands in.
+                append((due - t0, now - due, perf() - read_at, (run1 - run0) / 1e9,
                         (wait1 - wait0) / 1e9 if waits else NAN))
                 run0, wait0, read_at = run1, wait1, now
         finally:
