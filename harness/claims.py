@@ -259,9 +259,10 @@ def judge(row: Mapping[str, Any], values: np.ndarray) -> dict[str, Any]:
                            "method": "", "p_value": nan, "p_seed": nan, "p_opposite": nan, "detectable": nan,
                            "verdict": INCONCLUSIVE, "reason": ""}
     if comparison == "absolute":
-        s = stats.log_ratio_summary(np.log(positive), reference=ref, confidence=SHOWN_LEVEL)
-        out.update(estimate=s["ratio"], ci_low=s["ci_low"], ci_high=s["ci_high"], ci_level=SHOWN_LEVEL,
-                   method="geometric mean, t-interval on log", verdict=NOT_COMPARABLE)
+        # a shown figure may be 0 (a share of no wait): summarise falls back to the arithmetic mean
+        s = stats.summarise(v[np.isfinite(v)], confidence=SHOWN_LEVEL)
+        out.update(estimate=s["estimate"], ci_low=s["ci_low"], ci_high=s["ci_high"], ci_level=SHOWN_LEVEL,
+                   method=s["method"], verdict=NOT_COMPARABLE)
         return out
     if n == 0:
         out["verdict"] = NOT_MEASURED

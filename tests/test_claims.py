@@ -204,6 +204,18 @@ def test_absolute_rows_are_never_judged(tmp_path):
         assert _verdict(tmp_path, row, 1.0) == claims.NOT_COMPARABLE
 
 
+def test_a_shown_figure_of_zero_keeps_its_estimate():
+    """A shown share can be exactly 0 (the longest stall with no wait for a core, 001-cursor-07):
+    no log, so the arithmetic mean, not a NaN (a clean-clone CI run failed on that NaN)."""
+    row = _row("001-cursor-07")
+    one = claims.judge(row, np.array([0.0]))
+    assert one["verdict"] == claims.NOT_COMPARABLE and one["estimate"] == 0.0
+    some = claims.judge(row, np.array([0.0, 0.2, 0.4]))
+    assert some["estimate"] == pytest.approx(0.2) and some["method"].startswith("arithmetic")
+    assert some["ci_low"] < 0.2 < some["ci_high"]
+    assert claims.judge(row, np.array([2.0, 8.0]))["estimate"] == pytest.approx(4.0)   # geometric when it can
+
+
 def test_one_repeat_gives_no_verdict_but_inconclusive(tmp_path):
     row = JUDGED_ROWS[JUDGED_ROWS["comparison"] == "ratio"].iloc[0]
     assert _verdict(tmp_path, row, 1000.0, np.array([0.0])) == claims.INCONCLUSIVE
