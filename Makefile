@@ -2,8 +2,8 @@
 PROFILE ?= full
 # REPEAT=N runs every experiment N times; empty: each experiment's own count for the profile
 REPEAT ?=
-# PYTHONS="3.11 3.12 3.13": one run per interpreter (harness.interpreters); PLACEMENT=split pins
-# servers and client to separate cores (harness.placement)
+# PYTHONS="3.11 3.12 3.13": one run per interpreter (harness.core.interpreters); PLACEMENT=split pins
+# servers and client to separate cores (harness.core.placement)
 PYTHONS ?=
 PLACEMENT ?= shared
 PY := .venv/bin/python

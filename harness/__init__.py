@@ -19,8 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import HarnessError
-    from .store import Run, list_runs, open_run
+    from .core.errors import HarnessError
+    from .core.store import Run, list_runs, open_run
 
 __all__ = ["HarnessError", "Run", "list_experiments", "list_runs", "open_run", "run"]
 

@@ -1,4 +1,4 @@
-"""Claims: every row of the seeds' ledger (`harness.ledger`, `claims_ledger.csv`) judged against a
+"""Claims: every row of the seeds' ledger (`harness.core.ledger`, `claims_ledger.csv`) judged against a
 run's repeats.
 
 Margins, premises and the band rule (`ledger.band`: the seed's number within a factor of 2 either
@@ -19,7 +19,7 @@ inconclusive when that is not the interval's doing:
 
 The test of each judged row, at ALPHA = 5% one-sided on each side (the 90% two-sided interval,
 `ci_level` 0.90 for every judged row):
-- ratio rows: the t-interval on the log of the per-repeat values of a / b (harness.stats); the
+- ratio rows: the t-interval on the log of the per-repeat values of a / b (harness.core.stats); the
   one-sided p-value of the seed's direction (`>`: H0 a / b <= reference) and of the opposite one;
 - bounded rows (`bound`: a share capped at 1) and ratio rows with a zero: the exact sign test on
   the count of repeats past the reference (3 of 3 repeats gives p = 0.125: never decisive); their
@@ -71,8 +71,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import calibration, num, stats
-from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
+from .core import calibration, num, stats
+from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
     COLUMNS,
     COMPARISONS,
     DIRECTIONS,
@@ -91,9 +91,9 @@ from .ledger import (  # noqa: F401 -- re-exported: the ledger's names are part 
     parse_premise,
     refs,
 )
-from .store import Run
-from .verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the notebooks' badges and bars
-from .verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
+from .core.store import Run
+from .core.verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the notebooks' badges and bars
+from .core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
     CONTEXT,
     DECISIVE,
     DIRECTION_ONLY,
@@ -110,7 +110,7 @@ from .verdicts import (  # noqa: F401 -- re-exported: the verdict words are part
     STATUSES,
     VERDICTS,
 )
-from .verdicts import colour as verdict_colour
+from .core.verdicts import colour as verdict_colour
 
 ALPHA = stats.ALPHA
 JUDGED_LEVEL = 1 - 2 * ALPHA     # every judged row: one-sided ALPHA on each side, the 90% interval
@@ -130,7 +130,7 @@ def analysis_paths() -> list[str]:
 def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
     """Every analysis module's per-repeat figures (contract C1) in one frame, and the errors of
     modules that could not compute theirs (their claims stay unmeasured; the rest go on)."""
-    from .analysis import METRIC_COLUMNS
+    from .experiments.analysis import METRIC_COLUMNS
 
     frames, errors = [], {}
     try:
@@ -155,7 +155,7 @@ def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
 
 def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
     """{dotted name: {repeat: value}} from a C1 frame."""
-    from .analysis import metric_name
+    from .experiments.analysis import metric_name
 
     out: dict[str, dict[int, float]] = {}
     for row in frame.itertuples(index=False):
@@ -165,7 +165,7 @@ def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
 
 def bottlenecks_by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
     """{dotted name: {repeat: bottleneck}} from a C1 frame, for the figures that name one."""
-    from .analysis import metric_name
+    from .experiments.analysis import metric_name
 
     out: dict[str, dict[int, str]] = {}
     if "bottleneck" not in frame.columns:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import click
 
-from . import registry, servers, store
-from .config import PROFILES
-from .errors import HarnessError
+from . import registry
+from .core import servers, store
+from .core.config import PROFILES
+from .core.errors import HarnessError
 
 
 def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
@@ -279,7 +280,7 @@ def compare_cmd(run_a, run_b, data_dir) -> None:
     differ (interpreter, lock hash, drivers, servers, experiment versions, machine, placement) and
     which experiments that makes incomparable; the verdicts that moved. From summary.json and
     manifest.json alone (runs by path, id, a unique part of one, or `latest`)."""
-    from . import compare
+    from .reading import compare
 
     click.echo(compare.compare_text(store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)))
 
@@ -292,7 +293,7 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
     """Print a stored run from its summary.json and manifest.json: headline figures with interval, CV
     and stability warnings, verdicts per seed, bottlenecks, the machine and servers (RUN: a path, an
     id or a unique part of one, or `latest`)."""
-    from . import show
+    from .reading import show
 
     click.echo(show.show_text(store.open_run(run_ref, data_dir), experiment))
 
@@ -307,7 +308,7 @@ def history_cmd(figure, changed, include_new, lessons, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
     machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
     --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
-    from . import history
+    from .reading import history
 
     if lessons and (figure or changed):
         raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
@@ -337,8 +338,9 @@ def summarise_cmd(run_ref, data_dir) -> None:
 def promote_cmd(run_ref, data_dir) -> None:
     """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
     summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
-    from . import figures, summary
     from . import report as report_mod
+    from . import summary
+    from .core import figures
 
     for d in store.list_runs(data_dir, where=("reference",)):
         if not d["has_summary"]:   # the old reference keeps only its summary in history: write it first

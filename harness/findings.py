@@ -2,10 +2,10 @@
 
 A *lesson* is what a seed tells someone writing such code: each "Verify:" line of seeds 001 and
 002, and seed 000's sync-vs-async and mixed-driver lessons. `LESSONS` is that list as data: the
-seed's own words (the Verify lines from `harness.seed_lines`, which verify's checks quote too), the
+seed's own words (the Verify lines from `harness.core.seed_lines`, which verify's checks quote too), the
 seed's figure, the claims ledger rows the lesson rests on (the first is the one whose figure and
 verdict the table shows; the others are counted beside it), and one sentence per verdict class
-(holds / fails / open, `harness.verdicts`) on what the outcome means for someone writing such code.
+(holds / fails / open, `harness.core.verdicts`) on what the outcome means for someone writing such code.
 Each sentence is written for its class, so it stays true whatever figures a run gives within that
 class.
 
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import num, store
-from .config import REPO_ROOT
-from .errors import HarnessError
-from .seed_lines import LINES
-from .verdicts import NOT_MEASURED, ORDER, PREMISE_NOT_MET, verdict_class  # noqa: F401 -- verdict_class re-exported
+from .core import num, store
+from .core.config import REPO_ROOT
+from .core.errors import HarnessError
+from .core.seed_lines import LINES
+from .core.verdicts import NOT_MEASURED, ORDER, PREMISE_NOT_MET, verdict_class  # noqa: F401 -- verdict_class re-exported
 
 README = REPO_ROOT / "README.md"
 START = "<!-- findings:start -->"

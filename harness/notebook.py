@@ -12,7 +12,7 @@ parameters -> load -> table -> plot.
 - `open_run()` opens the run and remembers where this notebook's figures go;
 - `has()` is the one way to ask whether an experiment ran with ok cells (it says why not, once);
 - `aggregate()` turns one row per repeat into one row per group and figure: the median, the
-  interval, the CV, n and the stability flag, all from `harness.stats.summarise` (never a mean of
+  interval, the CV, n and the stability flag, all from `harness.core.stats.summarise` (never a mean of
   per-request samples: a repeat is the unit of evidence);
 - `metrics()` / `headline()`: an experiment's per-repeat figures from its analysis module
   (`Experiment.analysis`), aggregated the same way;
@@ -34,9 +34,10 @@ from typing import Any
 
 import pandas as pd
 
-from . import figures, registry, stats
-from .errors import HarnessError
-from .store import Run
+from . import registry
+from .core import figures, stats
+from .core.errors import HarnessError
+from .core.store import Run
 
 SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "cv", "unstable", "stability")
 TABLE_MIME = "application/vnd.harness.table+json"

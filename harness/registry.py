@@ -1,4 +1,5 @@
-"""Which experiments exist: every module in `harness/experiments/` that exposes `EXPERIMENT`.
+"""Which experiments exist: every module under `harness/experiments/` (a folder per family) that
+exposes `EXPERIMENT`.
 
 The one discovery: the study, the claims and the notebooks all ask here, for experiments and for
 what each declares: its analysis module (`Experiment.analysis`, a dotted module path), its in-run
@@ -20,19 +21,24 @@ from types import ModuleType
 from typing import Any
 
 from . import experiments as _pkg
-from .errors import HarnessError
+from .core.errors import HarnessError
 from .experiments.base import Experiment
 
 
 @lru_cache(maxsize=1)
 def all_experiments() -> dict[str, Experiment]:
     found: dict[str, Experiment] = {}
-    for mod in pkgutil.iter_modules(_pkg.__path__):
-        if mod.name.startswith("_") or mod.name == "base":
+    for mod in pkgutil.walk_packages(_pkg.__path__, f"{_pkg.__name__}."):
+        if mod.ispkg or any(part.startswith("_") for part in mod.name.split(".")) or mod.name in SHARED_KIT:
             continue
-        module = importlib.import_module(f"{_pkg.__name__}.{mod.name}")
+        # only modules that declare an experiment are imported: not a workload, an analysis, or an
+        # app (the locustfile patches the interpreter with gevent on import)
+        source = _source_file(mod.name)
+        if source is None or not _DECLARES.search(source.read_text()):
+            continue
+        module = importlib.import_module(mod.name)
         exp = getattr(module, "EXPERIMENT", None)
-        if exp is None:
+        if not isinstance(exp, Experiment):
             continue
         if exp.name in found:
             raise RuntimeError(f"two experiments are named {exp.name!r}")
@@ -84,11 +90,13 @@ def drivers() -> dict[str, tuple[str, ...]]:
 # experiment differs did not measure the same thing; `harness compare` says so.
 
 # Modules that define a workload, whose source counts towards the version of an experiment that
-# imports them (directly or through another of them): the workload floor, the datasets, the apps,
-# and an experiment module's non-experiment siblings (`experiments.fastapi_params`).
-WORKLOAD_MODULES = ("harness.mongo_workload", "harness.pg_workload", "harness.fastapi_workload",
-                    "harness.openloop", "harness.departures_child", "harness.datasets", "harness.apps")
+# imports them (directly or through another of them): every module of a family's folder (its
+# workload, its apps, its shared parameters, another family's analysis it reads), the datasets and
+# the open-loop generator; not the kit every family shares (`experiments.base`, `experiments.analysis`).
+WORKLOAD_MODULES = ("harness.core.openloop", "harness.core.datasets")
+SHARED_KIT = ("harness.experiments.base", "harness.experiments.analysis")
 VERSION_CHARS = 12
+_DECLARES = re.compile(r"^EXPERIMENT\s*=", re.MULTILINE)
 _MODULE_TEXT = re.compile(r"^harness(\.[a-z_][a-z0-9_]*)+(:[A-Za-z_]\w*)?$")
 
 
@@ -113,8 +121,8 @@ def _imports(module: str, path: Path) -> set[str]:
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)   # `from .. import datasets`
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_TEXT.match(node.value):
-            out.add(node.value.split(":", 1)[0])   # a module run as a child: "harness.departures_child"
-    if path.name == "__init__.py":   # a package counts whole: harness.apps and its app and locustfile
+            out.add(node.value.split(":", 1)[0])   # a module run as a child: "harness.experiments.departures.child"
+    if path.name == "__init__.py":   # a package counts whole: the FastAPI family's apps, app and locustfile
         out.update(f"{module}.{m.name}" for m in pkgutil.iter_modules([str(path.parent)]))
     out.update(m.rsplit(".", k)[0] for m in list(out) for k in range(1, m.count(".")))   # and their packages
     return out
@@ -124,7 +132,11 @@ def _is_workload(module: str) -> bool:
     if any(module == w or module.startswith(w + ".") for w in WORKLOAD_MODULES):
         return True
     prefix = f"{_pkg.__name__}."
-    return module.startswith(prefix) and module.count(".") == 2 and module != f"{prefix}base"
+    if module in SHARED_KIT or not module.startswith(prefix):
+        return False
+    # inside a family's folder; not the family's package itself, whose __init__ would count every
+    # experiment of the family (a package counts whole, as `apps` should)
+    return "." in module[len(prefix):]
 
 
 def version_sources(name: str) -> dict[str, Path]:

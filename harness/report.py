@@ -40,11 +40,12 @@ from typing import Any
 
 import nbformat
 
-from . import config, figures, registry
-from .config import REPO_ROOT
-from .errors import HarnessError
-from .measure import error_text
-from .store import Run
+from . import registry
+from .core import config, figures
+from .core.config import REPO_ROOT
+from .core.errors import HarnessError
+from .core.measure import error_text
+from .core.store import Run
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = config.CITABLE_FIGURES          # the reference run's figures, committed

@@ -23,13 +23,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import config, environment, processes, registry, servers, store
-from .config import PROFILES
-from .errors import HarnessError
+from . import registry
+from .core import config, environment, processes, servers, store
+from .core.config import PROFILES
+from .core.errors import HarnessError
+from .core.measure import error_text
+from .core.servers import ServerStack
+from .core.store import RunWriter, experiment_status, new_run_id, write_json_atomic
 from .experiments.base import Experiment, Params
-from .measure import error_text
-from .servers import ServerStack
-from .store import RunWriter, experiment_status, new_run_id, write_json_atomic
 from .worker import RepeatSpec, failed_cells
 
 Emit = Callable[[str, dict], None]
@@ -175,8 +176,8 @@ def reset_server_state(stack: ServerStack) -> dict[str, Any]:
 
 @contextmanager
 def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict | None]]:
-    """The experiment's network path (`harness.network.route`, contract C4), or the stack as it is."""
-    from . import network
+    """The experiment's network path (`harness.core.network.route`, contract C4), or the stack as it is."""
+    from .core import network
 
     with network.route(stack, p.experiment.needs, via_proxy=getattr(p.params, "via_proxy", False),
                        rtt_ms=getattr(p.params, "rtt_ms", 0.0),
@@ -185,11 +186,11 @@ def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict |
 
 
 def _calibrate(stack: ServerStack, profile: str, pgbench: bool) -> dict[str, Any]:
-    """In-run ceilings (`harness.calibration`, contract C3); smoke takes one short repeat, not three;
+    """In-run ceilings (`harness.core.calibration`, contract C3); smoke takes one short repeat, not three;
     no pgbench on servers the run may only read (`run(read_only_servers=True)`)."""
     t0 = time.perf_counter()
     try:
-        from . import calibration
+        from .core import calibration
 
         if profile == "smoke":
             out = dict(calibration.measure(stack, repeats=1, cpu_seconds=0.25, pgbench_warmup=False,
@@ -210,11 +211,11 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     on an unusable data directory (before any server starts) and when the run cannot be written.
 
     `python`: the interpreter (version or path) the workers and client processes run on, in its own
-    venv (`harness.interpreters`); `placement`: shared | split (`harness.placement`);
+    venv (`harness.core.interpreters`); `placement`: shared | split (`harness.core.placement`);
     `read_only_servers`: the servers may be a user's (harness verify), so the run does nothing to
     them beyond its experiments' own reads (no pgbench ceiling: its table is a write)."""
-    from . import interpreters
-    from . import placement as placement_mod
+    from .core import interpreters
+    from .core import placement as placement_mod
 
     processes.install_signal_handlers()
     planned = plan(names, profile, overrides, repeat)

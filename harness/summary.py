@@ -6,10 +6,10 @@ Keys (issue 10, "Interface the checks read"; contract C3):
   estimate, ci_low, ci_high, ci_level, median, cv, n_repeats, unstable, stability, normalised,
   normalised_by, interpreter, bottleneck`. `estimate` is the geometric mean over repeats (the
   arithmetic mean when a value is <= 0; `method` says which), the centre of its interval `ci_low,
-  ci_high`: the 95% t-interval on the log (harness.stats.summarise). `median` is the median over
+  ci_high`: the 95% t-interval on the log (harness.core.stats.summarise). `median` is the median over
   repeats, shown beside it: it is not the centre of that interval and may lie outside it.
   `unstable` = CV >= 10% with n >= 5; `normalised` = median throughput / the in-run ceiling its
-  experiment declares (`Experiment.ceiling`, valued by harness.calibration.ceiling_for), null for
+  experiment declares (`Experiment.ceiling`, valued by harness.core.calibration.ceiling_for), null for
   anything but a throughput.
 - `claims`: one row per ledger row (and interpreter): `claim_id, seed, kind, comparison, section,
   sentence, verdict` (after Holm's adjustment), `verdict_raw` (before it), `seed_value, seed_unit,
@@ -38,9 +38,10 @@ from typing import Any
 
 import pandas as pd
 
-from . import calibration, claims, stats, store
-from .analysis import metric_name
-from .store import Run, write_json_atomic
+from . import claims
+from .core import calibration, stats, store
+from .core.store import Run, write_json_atomic
+from .experiments.analysis import metric_name
 
 SUMMARY_VERSION = store.SUMMARY_VERSION   # one number, the store's (it upgrades every older one)
 THROUGHPUT_UNITS = ("req/s", "queries/s", "transactions/s")

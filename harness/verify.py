@@ -1,11 +1,11 @@
 """`harness verify WORKLOAD.toml`: the seeds' checks on a user's own server and queries (issue 24).
 
-1. Read and check the workload file (`harness.workload_file`): schema, read-only statements,
+1. Read and check the workload file (`harness.core.workload_file`): schema, read-only statements,
    placeholders with generators, the target's scheme. Nothing has connected anywhere yet.
 2. Refuse a target off loopback unless each such host is named with `--confirm-host`.
 3. Check that the target answers (one line naming it otherwise), and on PostgreSQL run the
    pre-flight: each statement once, in a read-only transaction rolled back
-   (`harness.experiments.verify_postgres.preflight`); a statement the server refuses stops the
+   (`harness.experiments.verify.postgres.preflight`); a statement the server refuses stops the
    command in one line naming it, before any repeat. (A `local` target's server exists only once
    the run starts it: there the pre-flight opens the first repeat.)
 4. Run `verify_postgres` or `verify_mongo` through `study.run`, like any experiment: the profile
@@ -28,8 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import servers, store, study, workload_file
-from .errors import HarnessError
+from . import study
+from .core import servers, store, workload_file
+from .core.errors import HarnessError
 
 ROLE_VARIABLE = {"postgres": "STUDY_POSTGRES_DSN", "mongodb": "STUDY_MONGODB_URI"}
 # [load] keys that are the verify experiments' parameters, per family (the rest are judgement
@@ -80,7 +81,7 @@ def preflight(w: workload_file.Workload) -> None:
     """The PostgreSQL pre-flight on the file's target (a MongoDB workload is a find, nothing to try)."""
     if w.target == "local" or w.postgres is None:
         return
-    from .experiments import verify_postgres
+    from .experiments.verify import postgres as verify_postgres
 
     params = {name: g.model_dump() for name, g in w.postgres.params.items()}
     gens = verify_postgres.generators(w.target, params, w.seed)
@@ -115,7 +116,7 @@ def execute(w: workload_file.Workload, overrides: dict[str, Any], *, data_dir: P
 
 def verdict_lines(run_: store.Run) -> list[str]:
     """One line per check: verdict, check, subject, figure [interval], advice."""
-    from .analysis import verify as analysis
+    from .experiments.verify import analysis
 
     out = []
     for _, c in analysis.checks(run_).iterrows():

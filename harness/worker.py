@@ -18,12 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from . import interpreters, registry
+from . import registry
+from .core import interpreters
+from .core.measure import error_text
+from .core.processes import child_main
+from .core.servers import ServerStack
+from .core.store import experiment_status
 from .experiments.base import Context, Experiment, Params, ServersDown
-from .measure import error_text
-from .processes import child_main
-from .servers import ServerStack
-from .store import experiment_status
 
 
 @dataclass

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import config, registry, servers, store, study
+from harness import registry, study
+from harness.core import config, servers, store
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness import calibration
+from harness.core import calibration
 
 
 def _series_ok(part: dict, repeats: int) -> None:

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import claims, registry, stats, store
-from harness import ledger as ledger_module
-from harness.analysis import fastapi as fastapi_analysis
+from harness import claims, registry
+from harness.core import ledger as ledger_module
+from harness.core import stats, store
+from harness.experiments.fastapi import analysis as fastapi_analysis
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 # Unit conversions a derived seed value may use beside the sentence's own numbers (ms per s, us per s).

@@ -11,7 +11,8 @@ import psutil
 import pytest
 from conftest import REPO_ROOT, started_run
 
-from harness import registry, store
+from harness import registry
+from harness.core import store
 
 
 def harness(*args, env=None, timeout=120):

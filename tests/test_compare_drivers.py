@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from harness import compare, interpreters, readout
+from harness.core import interpreters
+from harness.reading import compare, readout
 
 LOCKED = {"pymongo": "4.20.1", "motor": "3.7.1", "psycopg": "3.3.9", "psycopg-binary": "3.3.9",
           "psycopg-pool": "3.3.3", "asyncpg": "0.32.0", "uvloop": "0.23.0", "numpy": "2.4.6"}
@@ -98,7 +99,7 @@ def test_compare_text_lists_the_driver_difference(tmp_path):
     """Through `compare_text`, as `harness compare` prints it."""
     import json
 
-    from harness import store
+    from harness.core import store
 
     def put(run_id: str, manifest: dict) -> store.Run:
         d = tmp_path / "runs" / run_id

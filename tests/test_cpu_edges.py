@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from harness import measure
+from harness.core import measure
 
 BURN = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 3: pass\n"
 

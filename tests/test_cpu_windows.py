@@ -20,9 +20,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import config, findings, store
-from harness.analysis import CPU_REJECTED, departures, fastapi, mongo
-from harness.analysis import cores as run_cores
+from harness import findings
+from harness.core import config, store
+from harness.experiments.analysis import CPU_REJECTED
+from harness.experiments.analysis import cores as run_cores
+from harness.experiments.departures import analysis as departures
+from harness.experiments.fastapi import analysis as fastapi
+from harness.experiments.mongo import analysis as mongo
 
 WINDOWS_WITHIN = 0.95   # the share of closed-loop windows Little's law must hold in (issue 32)
 

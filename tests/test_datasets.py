@@ -4,8 +4,8 @@ import bson
 import psycopg
 import pymongo
 
-from harness import datasets
-from harness.servers import STUDY_DB
+from harness.core import datasets
+from harness.core.servers import STUDY_DB
 
 
 def test_orders_count_index_and_size(stack):

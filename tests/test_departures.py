@@ -8,10 +8,11 @@ import os
 
 import pytest
 
-from harness import interpreters, registry, store
-from harness.analysis import METRIC_COLUMNS
-from harness.analysis import departures as analysis
-from harness.errors import HarnessError
+from harness import registry
+from harness.core import interpreters, store
+from harness.core.errors import HarnessError
+from harness.experiments.analysis import METRIC_COLUMNS
+from harness.experiments.departures import analysis
 
 
 @pytest.fixture(scope="module")

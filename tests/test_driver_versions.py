@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import interpreters, registry, store, study
-from harness.analysis import departures as analysis
-from harness.errors import HarnessError
-from harness.experiments import departures as experiment
+from harness import registry, study
+from harness.core import interpreters, store
+from harness.core.errors import HarnessError
+from harness.experiments.departures import analysis, experiment
 
 CURRENT = ".".join(platform.python_version().split(".")[:2])
 LOCKED = interpreters.base_pins(interpreters.resolve(CURRENT))["pymongo"]

@@ -23,11 +23,11 @@ from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from conftest import experiment_tables
 
-from harness import datasets, processes
-from harness.analysis import CPU_REJECTED
-from harness.analysis import fastapi as analysis
-from harness.apps import listings_api
-from harness.experiments import fastapi_locust
+from harness.core import datasets, processes
+from harness.experiments.analysis import CPU_REJECTED
+from harness.experiments.fastapi import analysis
+from harness.experiments.fastapi import locust as fastapi_locust
+from harness.experiments.fastapi.apps import listings_api
 
 REPO_ROOT = fastapi_locust.REPO_ROOT
 SMOKE = fastapi_locust.EXPERIMENT.params("smoke")
@@ -249,7 +249,8 @@ def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
     """fastapi_crossover through the proxy the study provides: each point's delay is set on the proxy
     and measured (loosely: between half and twice the setting, plus the proxy's own cost), the
     direct point bypasses it, and the toxics are gone afterwards."""
-    from harness import network, study
+    from harness import study
+    from harness.core import network
 
     planned = study.plan(["fastapi_crossover"], "smoke", {"rtts_ms": "20"})[0]
     for d in planned.experiment.datasets(planned.params):
@@ -272,7 +273,7 @@ def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
 def test_openloop_experiment_offers_every_variant_the_same_rates(smoke_run):
     """fastapi_openloop: a probe measures the one-thread app's capacity, then each variant gets the
     same rates (fractions of it), and the analysis names figures per load and variant."""
-    from harness.experiments import fastapi_openloop
+    from harness.experiments.fastapi import openloop as fastapi_openloop
 
     smoke = fastapi_openloop.EXPERIMENT.params("smoke")
     assert smoke_run.experiments["fastapi_openloop"]["status"] == "ok", smoke_run.experiments["fastapi_openloop"]
@@ -299,8 +300,8 @@ def test_openloop_experiment_offers_every_variant_the_same_rates(smoke_run):
 
 
 def test_openloop_rejects_rates_at_or_above_capacity():
-    from harness.errors import HarnessError
-    from harness.experiments import fastapi_openloop
+    from harness.core.errors import HarnessError
+    from harness.experiments.fastapi import openloop as fastapi_openloop
 
     with pytest.raises(HarnessError, match="rate_fractions must be below 1"):
         fastapi_openloop.EXPERIMENT.params("smoke", {"rate_fractions": (0.5, 1.2)})

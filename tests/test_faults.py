@@ -44,8 +44,10 @@ from conftest import REPO_ROOT
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness import config, mongo_workload, registry, servers, store, study
-from harness.errors import HarnessError
+from harness import registry, study
+from harness.core import config, servers, store
+from harness.core.errors import HarnessError
+from harness.experiments.mongo import workload as mongo_workload
 
 pytestmark = pytest.mark.faults
 
@@ -448,7 +450,7 @@ def test_postmaster_killed_mid_experiment(tmp_path, fault):
 
 
 def toxiproxy_of(c: Cli):
-    from harness.network import Toxiproxy
+    from harness.core.network import Toxiproxy
 
     proc = wait_for(lambda: c.find(named("toxiproxy-server")), 60, "Toxiproxy under the CLI")
     argv = proc.cmdline()
@@ -994,8 +996,8 @@ def test_verify_requests_stay_read_only_when_the_session_default_is_turned_off(m
     With only the session default, as before issue 31, every request after the first on a pooled
     connection was read-write and wrote (33,202 updates in the issue's run). Every transaction now
     starts READ ONLY, whatever the session's default: the requests succeed and no row changes."""
-    from harness import pg_workload
-    from harness.experiments.verify_postgres import statements
+    from harness.experiments.postgres import workload as pg_workload
+    from harness.experiments.verify.postgres import statements
 
     request = ["SELECT set_config('default_transaction_read_only', 'off', false)",
                "SELECT CASE WHEN current_setting('transaction_read_only') = 'on' THEN 0 ELSE bump(:cid) END"]
@@ -1014,7 +1016,7 @@ def test_verify_requests_stay_read_only_when_the_session_default_is_turned_off(m
 
 
 def test_verify_refuses_a_user_request_outside_a_read_only_transaction():
-    from harness import pg_workload
+    from harness.experiments.postgres import workload as pg_workload
 
     with pytest.raises(ValueError, match="read-only transactions"):
         pg_workload.VariantSpec(variant="v", model="threads_psycopg", dsn="", pool=1, clients=1, slow_ms=0.0,

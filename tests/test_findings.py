@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import findings, store
-from harness.errors import HarnessError
+from harness import findings
+from harness.core import store
+from harness.core.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LEDGER = REPO_ROOT / "harness" / "claims_ledger.csv"
+LEDGER = REPO_ROOT / "harness" / "core" / "claims_ledger.csv"
 FERRETDB = "FerretDB v1.24.2 on PostgreSQL 15.18 (reports server version 7.0.42)"
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import interpreters
-from harness.errors import HarnessError
+from harness.core import interpreters
+from harness.core.errors import HarnessError
 
 CURRENT = ".".join(platform.python_version().split(".")[:2])
 
@@ -134,7 +134,7 @@ def test_an_interpreter_without_wheels_is_an_error_naming_package_and_interprete
 
 
 def test_the_command_line_prepares_and_reports(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "harness.interpreters", CURRENT], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "harness.core.interpreters", CURRENT], capture_output=True,
                          text=True, cwd=interpreters.REPO_ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     rec = json.loads(out.stdout.splitlines()[0])
@@ -144,7 +144,7 @@ def test_the_command_line_prepares_and_reports(tmp_path):
 
 def test_the_command_line_skips_a_missing_version_only_when_asked():
     """Set-up (scripts/bootstrap) prepares whichever of the departures' interpreters are installed."""
-    argv = [sys.executable, "-m", "harness.interpreters", CURRENT, "3.99"]
+    argv = [sys.executable, "-m", "harness.core.interpreters", CURRENT, "3.99"]
     strict = subprocess.run(argv, capture_output=True, text=True, cwd=interpreters.REPO_ROOT, timeout=120)
     assert strict.returncode == 2 and "no Python 3.99 found" in strict.stderr
     lenient = subprocess.run([*argv, "--installed"], capture_output=True, text=True, cwd=interpreters.REPO_ROOT,
@@ -173,7 +173,7 @@ def test_a_newer_version_resolves_by_the_same_rules(tmp_path, monkeypatch):
     interp = interpreters.resolve("3.14")
     assert (interp.version, interp.label, interp.tag, interp.found_by) == ("3.14.0", "3.14", "py3.14", "PATH")
     assert interp.path == str(exe)
-    from harness.analysis import departures
+    from harness.experiments.departures import analysis as departures
 
     cells = departures.pd.DataFrame({"python": ["3.13", "3.14", "3.11", "3.12"]})
     assert departures.levels(cells, "python") == ("3.11", ["3.12", "3.13", "3.14"])

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from harness import config, readout, show, store
+from harness.core import config, store
+from harness.reading import readout, show
 
 KEYS = typing.get_type_hints(store.Manifest)
 # what format 3 writes from the start of a run: present in every manifest a reader sees

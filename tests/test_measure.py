@@ -1,4 +1,4 @@
-"""harness.measure's run-queue wait: the CPU a process wanted and did not get (Linux schedstat)."""
+"""harness.core.measure's run-queue wait: the CPU a process wanted and did not get (Linux schedstat)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.measure import (
+from harness.core.measure import (
     CPUSampler,
     ProcessTimes,
     Window,

@@ -16,8 +16,8 @@ import sys
 import pandas as pd
 import pytest
 
-from harness import store
-from harness.analysis import mongo
+from harness.core import store
+from harness.experiments.mongo import analysis as mongo
 from tests.conftest import REPO_ROOT, experiment_tables
 
 MINE = ["mongo_cursor", "mongo_pool", "mongo_client", "mongo_bulk", "mongo_models"]
@@ -164,7 +164,7 @@ def test_models_charge_database_cpu_and_name_a_bottleneck(run_experiment, tmp_pa
     assert result["status"] == "ok", result.get("error")
     w = t["windows"]
     assert (w.db_cpu_s > 0).all() and (w.machine_busy_s >= w.cpu_s * 0.5).all() and (w.cores >= 1).all()
-    from harness.experiments import mongo_models
+    from harness.experiments.mongo import models as mongo_models
 
     params = mongo_models.EXPERIMENT.params("smoke").to_dict()
     store.write_json_atomic(tmp_path / "manifest.json", {

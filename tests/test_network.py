@@ -15,9 +15,10 @@ import pytest
 from conftest import REPO_ROOT
 from pymongo.errors import PyMongoError
 
-from harness import environment, network, registry, servers
-from harness.errors import HarnessError
-from harness.servers import Server, ServerStack
+from harness import registry
+from harness.core import environment, network, servers
+from harness.core.errors import HarnessError
+from harness.core.servers import Server, ServerStack
 
 ROLES = ("mongodb", "postgres")
 

@@ -1,11 +1,11 @@
-"""One rule per question about a number (harness/num.py), as compare, show, history, claims and
+"""One rule per question about a number (harness/core/num.py), as compare, show, history, claims and
 findings all read them."""
 
 import math
 
 import numpy as np
 
-from harness import num
+from harness.core import num
 
 
 def test_known_is_any_value_but_none_and_nan():

@@ -15,7 +15,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from harness import openloop, processes, stats
+from harness.core import openloop, processes, stats
 
 PAUSE_S = 0.5
 PERIOD_S = 2.0

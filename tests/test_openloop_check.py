@@ -1,4 +1,4 @@
-"""openloop_check: harness.openloop and Vegeta on the real app, and the verdict rule on both sides
+"""openloop_check: harness.core.openloop and Vegeta on the real app, and the verdict rule on both sides
 of its tolerances.
 
 The smoke run is the session's smoke run of every experiment (conftest `smoke_run`) against the
@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from conftest import experiment_tables
 
 from harness import cli, registry
-from harness.analysis import openloop_check as analysis
-from harness.errors import HarnessError
-from harness.experiments import openloop_check
+from harness.core.errors import HarnessError
+from harness.experiments.openloop_check import analysis
+from harness.experiments.openloop_check import experiment as openloop_check
 
 TOOLS = {"openloop", "vegeta[bound=workers]", "vegeta[bound=connections]"}
 

@@ -10,9 +10,11 @@ import math
 import pytest
 from conftest import repeat_tables
 
-from harness import registry, stats
-from harness.analysis import METRIC_COLUMNS, postgres
-from harness.pg_workload import MODELS, regime_name
+from harness import registry
+from harness.core import stats
+from harness.experiments.analysis import METRIC_COLUMNS
+from harness.experiments.postgres import analysis as postgres
+from harness.experiments.postgres.workload import MODELS, regime_name
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -202,7 +204,7 @@ def test_limiting_resource_with_connections_in_use(busy, cpu, machine, expected)
 
 
 def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():
-    from harness.pg_workload import held_in_window
+    from harness.experiments.postgres.workload import held_in_window
     log = [  # (task, t0, t1, t_acq, t_rel, connection, err)
         (0, 9.0, 10.5, 9.5, 10.4, "a", ""),              # handed over before the window: 0.5 s inside
         (1, 10.0, 11.0, 10.2, 10.9, "b", ""),            # wholly inside: 0.8 s
@@ -270,7 +272,7 @@ def _as_run(fixture, name, tmp_path):
     import os
     import shutil
 
-    from harness import environment, store
+    from harness.core import environment, store
 
     root = tmp_path / "run"
     shutil.copytree(fixture[3], root / name / "r0")

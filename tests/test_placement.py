@@ -11,9 +11,9 @@ import sys
 import psycopg
 import pytest
 
-from harness import placement, servers
-from harness.config import REPO_ROOT
-from harness.errors import HarnessError
+from harness.core import placement, servers
+from harness.core.config import REPO_ROOT
+from harness.core.errors import HarnessError
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="split needs two cores")
 
@@ -57,7 +57,7 @@ def test_split_pins_every_server_process_and_later_backends(pg_stack):
 def test_a_client_pins_itself_before_its_threads_start():
     cpus = placement.allowed_cpus()
     _, client_cpus = placement.split_cpus(cpus)
-    code = ("import json, os, threading; from harness import placement; "
+    code = ("import json, os, threading; from harness.core import placement; "
             f"got = placement.set_client({client_cpus!r}); "
             "t = threading.Thread(target=lambda: None); t.start(); t.join(); "
             "print(json.dumps([got, placement.proc_status_affinity(os.getpid())]))")

@@ -1,4 +1,4 @@
-"""harness.pooling (issue 34): the random-effects estimator on hand-made inputs with known
+"""harness.core.pooling (issue 34): the random-effects estimator on hand-made inputs with known
 heterogeneity, the standard error recovered from a stored interval, the choice of runs, and every
 committed summary read and pooled. No server is needed."""
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness import pooling, stats
-from harness.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
+from harness.core import pooling, stats
+from harness.core.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
 
 ROOT = Path(__file__).resolve().parents[1]
 T = lambda df: float(sps.t.ppf(0.95, df))  # noqa: E731 -- the 90% two-sided quantile
@@ -169,7 +169,7 @@ def test_a_version_1_row_is_read_at_95_percent():
            "ci_high": s["ci_high"], "n": 5, "verdict": "direction only"}
     y, se = lesson_inputs({"summary_version": 1, "claims": [row]}, "x")
     assert se == pytest.approx(logs.std(ddof=1) / math.sqrt(5))
-    upgraded = {"summary_version": 2, "upgraded_from": 1,     # as harness.store.upgrade_summary gives it
+    upgraded = {"summary_version": 2, "upgraded_from": 1,     # as harness.core.store.upgrade_summary gives it
                 "claims": [{**row, "estimate": s["ratio"], "n_used": 5, "ci_level": 0.95}]}
     assert lesson_inputs(upgraded, "x") == pytest.approx((y, se))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from harness import ledger
-from harness.analysis import postgres
+from harness.core import ledger
+from harness.experiments.postgres import analysis as postgres
 
 
 def test_connections_the_client_keeps_are_no_pool_limit():

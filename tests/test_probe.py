@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from harness import stats
-from harness.probe import LoopProbe, measure_resolution
+from harness.core import stats
+from harness.core.probe import LoopProbe, measure_resolution
 
 
 def test_probe_reports_a_blocking_call_of_known_length():

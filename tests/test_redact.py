@@ -1,4 +1,4 @@
-from harness.redact import redact
+from harness.core.redact import redact
 
 
 def test_passwords_never_survive():

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from conftest import REPO_ROOT
 
-from harness import calibration, registry, store
-from harness.errors import HarnessError
+from harness import registry
+from harness.core import calibration, store
+from harness.core.errors import HarnessError
 from harness.experiments.base import Metric, check_table, grid, variant_id
 
 NAMES = list(registry.all_experiments())
@@ -123,7 +124,7 @@ def test_version_hashes_the_experiments_code_and_its_resolved_parameters(name):
     exp = registry.get(name)
     sources = registry.version_sources(name)
     assert type(exp).__module__ in sources and exp.analysis in sources, list(sources)
-    assert "harness.experiments.base" not in sources and "harness.stats" not in sources
+    assert "harness.experiments.base" not in sources and "harness.core.stats" not in sources
     full, smoke = exp.params("full"), exp.params("smoke")
     v = registry.version(name, full)
     assert len(v) == registry.VERSION_CHARS and v == registry.version(name, full.to_dict())
@@ -132,18 +133,21 @@ def test_version_hashes_the_experiments_code_and_its_resolved_parameters(name):
 
 
 def test_version_follows_the_workload_modules_an_experiment_uses(monkeypatch, tmp_path):
-    assert {"harness.mongo_workload", "harness.datasets"} <= set(registry.version_sources("mongo_pool"))
-    assert "harness.pg_workload" not in registry.version_sources("mongo_pool")
-    # a module run as a child ("harness.departures_child") and a package used by name (the FastAPI app
+    assert {"harness.experiments.mongo.workload", "harness.core.datasets"} \
+        <= set(registry.version_sources("mongo_pool"))
+    assert "harness.experiments.postgres.workload" not in registry.version_sources("mongo_pool")
+    # a sibling experiment of the family's folder, and the family's package, are not part of it
+    assert not {"harness.experiments.mongo.cursor", "harness.experiments.mongo"} & set(registry.version_sources("mongo_pool"))
+    # a module run as a child ("harness.experiments.departures.child") and a package used by name (the FastAPI app
     # and the locustfile beside it) count too
-    assert "harness.departures_child" in registry.version_sources("departures")
-    assert {"harness.apps.listings_api", "harness.apps.locustfile", "harness.experiments.fastapi_params"} \
-        <= set(registry.version_sources("fastapi_locust"))
+    assert "harness.experiments.departures.child" in registry.version_sources("departures")
+    assert {"harness.experiments.fastapi.apps.listings_api", "harness.experiments.fastapi.apps.locustfile",
+            "harness.experiments.fastapi.params"} <= set(registry.version_sources("fastapi_locust"))
     # editing a workload module's source changes the version
     params = registry.get("mongo_pool").params("full")
     before = registry.version("mongo_pool", params)
     real = registry.version_sources("mongo_pool")
     copy = tmp_path / "mongo_workload.py"
-    copy.write_text(real["harness.mongo_workload"].read_text() + "\n# changed\n")
-    monkeypatch.setattr(registry, "version_sources", lambda name: {**real, "harness.mongo_workload": copy})
+    copy.write_text(real["harness.experiments.mongo.workload"].read_text() + "\n# changed\n")
+    monkeypatch.setattr(registry, "version_sources", lambda name: {**real, "harness.experiments.mongo.workload": copy})
     assert registry.version("mongo_pool", params) != before

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 
 from conftest import REPO_ROOT
 
-from harness import store
+from harness.core import store
 
 DATA_LIMIT_BYTES = 150 * 10**6
 

@@ -15,8 +15,8 @@ import pymongo
 import pytest
 from conftest import REPO_ROOT, started_run
 
-from harness import environment, servers
-from harness.errors import HarnessError
+from harness.core import environment, servers
+from harness.core.errors import HarnessError
 
 
 def _descendants() -> set[int]:

@@ -14,8 +14,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT
 
-from harness import cli, compare, environment, history, readout, show, store
-from harness.errors import HarnessError
+from harness import cli
+from harness.core import environment, store
+from harness.core.errors import HarnessError
+from harness.reading import compare, history, readout, show
 
 # -- builders ---------------------------------------------------------------------------------------
 
@@ -221,7 +223,7 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness import figures
+    from harness.core import figures
     fig = plt.figure()
     written = figures.save_figure(fig, "probe", run, notebook="x.ipynb", experiments=[], figures_dir="",
                                   formats="png")
@@ -232,7 +234,7 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
 def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
     """figures.adopt: the new set's files are moved, the old set's files it lacks are removed, files
     the manifests never named stay, and every entry points at the run's new home."""
-    from harness import figures
+    from harness.core import figures
 
     source, dest, run_path = tmp_path / "run" / "report" / "figures", tmp_path / "figures", tmp_path / "run"
     source.mkdir(parents=True)

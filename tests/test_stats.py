@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import stats
+from harness.core import stats
 
 
 def test_percentiles_use_linear_interpolation():

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import store
-from harness.errors import HarnessError
+from harness.core import store
+from harness.core.errors import HarnessError
 
 
 def _write_run(data_dir, run_id, status):
@@ -67,8 +67,8 @@ def test_unknown_format_version_is_refused(tmp_path):
 
 def _context(tmp_path, repeat=0, tolerance=0.0):
     """A Context for an experiment that declares no tables (so rows are not checked against one)."""
+    from harness.core.servers import ServerStack
     from harness.experiments.base import Context, Experiment, Params
-    from harness.servers import ServerStack
 
     class Probe(Experiment):
         name, title, needs, failure_tolerance = "probe", "cells of one repeat", (), tolerance

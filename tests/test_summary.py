@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from harness import calibration, cli, compare, readout, stats, store, summary
+from harness import cli, summary
+from harness.core import calibration, stats, store
+from harness.reading import compare, readout
 
 METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", "ci_low", "ci_high", "ci_level",
                "cv", "n_repeats", "unstable", "normalised", "interpreter", "bottleneck"}

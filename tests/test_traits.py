@@ -8,8 +8,10 @@ import json
 import pandas as pd
 import pytest
 
-from harness import claims, compare, readout, registry, store, summary
+from harness import claims, registry, summary
+from harness.core import store
 from harness.experiments.base import Experiment, Metric
+from harness.reading import compare, readout
 
 
 class Renamed(Experiment):

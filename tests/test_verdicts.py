@@ -1,4 +1,4 @@
-"""Verdict words and their classes (harness.verdicts): every word a module can emit has exactly one
+"""Verdict words and their classes (harness.core.verdicts): every word a module can emit has exactly one
 class, and `harness compare` and `harness history --lessons` classify a verdict move the same way."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import itertools
 
 import pytest
 
-from harness import claims, compare, findings, history, verdicts
-from harness.analysis import verify
+from harness import claims, findings
+from harness.core import verdicts
+from harness.experiments.verify import analysis as verify
+from harness.reading import compare, history
 
 EMITTED = {
     "claims": claims.STATUSES,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import config, store, workload_file
 from harness import verify as verify_mod
-from harness.analysis import verify
-from harness.errors import HarnessError
+from harness.core import config, store, workload_file
+from harness.core.errors import HarnessError
+from harness.experiments.verify import analysis as verify
 
 REPO_ROOT = config.REPO_ROOT
 PG_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"
@@ -295,7 +295,7 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack
     whose table would be a write (the table is dropped first, so its absence after is the run's)."""
     import psycopg
 
-    from harness import calibration
+    from harness.core import calibration
 
     dsn, host = namespaced_server
     with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:

@@ -18,7 +18,7 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
         profiles = {"seed": {}, "full": {"documents": 20_000}, "quick": {"documents": 20_000},
                     "smoke": {"documents": 2_000}}
         repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
-        analysis = "harness.analysis.mongo"            # its metrics(run) names the headline figures
+        analysis = "harness.experiments.mongo.analysis"            # its metrics(run) names the headline figures
         headline = (Metric("max_stall_ms", "ms", "lower"),)
         tables = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", ...},
                   "windows": window_columns(batch_size="int")}
@@ -29,7 +29,7 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
                                            # ctx.record("samples", rows): checked against `tables`
 
 `run()` executes in a fresh worker process (see `harness.worker`), once per repeat. It measures and
-records raw data only: no summaries, no printing (statistics live in `harness.stats`).
+records raw data only: no summaries, no printing (statistics live in `harness.core.stats`).
 
 Conventions for recorded tables (Parquet, one file per table per repeat):
 - `samples`: one row per operation: `variant` (str, from `variant_id()`), `task` (int, 0-based),
@@ -56,10 +56,10 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import pandas as pd
 
-from ..config import PROFILES
-from ..errors import HarnessError
-from ..measure import Window  # re-exported: experiments use base.Window
-from ..servers import ServerStack, not_answering
+from ..core.config import PROFILES
+from ..core.errors import HarnessError
+from ..core.measure import Window  # re-exported: experiments use base.Window
+from ..core.servers import ServerStack, not_answering
 
 T = TypeVar("T")
 
@@ -160,14 +160,14 @@ class Params:
 
     warmup_s: float = 1.0        # excluded from every recorded figure
     timeout_s: float = 900.0     # the worker is stopped (and the repeat recorded as failed) past this
-    # The network path (harness.network, contract C4): through Toxiproxy, and the delay it adds to
+    # The network path (harness.core.network, contract C4): through Toxiproxy, and the delay it adds to
     # each round trip (one downstream latency toxic of rtt_ms ± jitter_ms, whole milliseconds).
     via_proxy: bool = False
     rtt_ms: float = 0.0
     jitter_ms: float = 0.0
 
     def validate(self) -> None:
-        from ..network import check_setting
+        from ..core.network import check_setting
 
         self.require_non_negative("warmup_s")
         self.require_positive("timeout_s")
@@ -277,7 +277,7 @@ class Experiment:
         return p
 
     def datasets(self, params: Params) -> list:
-        """Datasets (from `harness.datasets`) to load before the first repeat; outside any timing."""
+        """Datasets (from `harness.core.datasets`) to load before the first repeat; outside any timing."""
         return []
 
     def run(self, ctx: Context) -> None:

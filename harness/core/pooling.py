@@ -1,0 +1,548 @@
+"""Each lesson pooled across runs from different boots (issue 34): a random-effects meta-analysis of
+the committed runs' estimates, with the spread a new run on a machine of this kind should expect.
+
+One run's interval describes that run (its repeats share the machine's state of that hour), not the
+system. Each run that measured a ledger row contributes one estimate on the log scale and its
+standard error (`lesson_inputs`); `pool` combines them; `pooled_lessons` chooses the runs and does
+it for every lesson's row.
+
+The estimator. `statsmodels.stats.meta_analysis.combine_effects` on the log estimates y_i with
+variances se_i^2. The between-run variance tau^2 is estimated by Paule-Mandel (`method="pm"`, the
+default; statsmodels' "iterated"), not DerSimonian-Laird (`"dl"`, offered): with a handful of runs
+whose within-run standard errors are much smaller than the spread between boots, DL's one-step
+moment estimator is biased low and lets the most precise run dominate the weights, while PM solves
+the generalised Q-statistic equation sum (y_i - mu)^2 / (se_i^2 + tau^2) = k - 1 exactly; PM is the
+estimator recommended over DL by Veroniki et al. (2016, Res. Synth. Methods 7:55) and Langan et al.
+(2019, Res. Synth. Methods 10:83). statsmodels gives tau^2 and Cochran's Q; the rest follows from them
+here, because two of its edge cases need care: its DL tau^2 is not truncated at 0 (a negative value is
+set to 0 here: the fixed-effect model, which is what tau^2 = 0 means), and its PM iteration returns 0
+when a rounding error makes its estimating equation negative (checked: when the generalised Q at its
+tau^2 is not k - 1 although Cochran's Q exceeds k - 1, the same equation is solved by root finding,
+and `notes` says so).
+- pooled estimate mu = sum w_i y_i / sum w_i, w_i = 1 / (se_i^2 + tau^2); its standard error
+  se(mu) = max(1 / sqrt(sum w_i), the Hartung-Knapp-Sidik-Jonkman standard error): the modified
+  Knapp-Hartung rule (Roever, Knapp & Friede 2015), never narrower than the plain random-effects
+  one (with PM and tau^2 > 0 the two are equal);
+- its interval: mu -/+ t_{k-1, (1+level)/2} se(mu) (90% by default: the level of every judged row);
+- heterogeneity: Cochran's Q (fixed-effect weights), I^2 = max(0, (Q - (k-1)) / Q), tau^2;
+- prediction interval for one new run (Higgins, Thompson & Spiegelhalter 2009, J. R. Stat. Soc. A
+  172:137): mu -/+ t_{k-2, (1+level)/2} sqrt(tau^2 + se(mu)^2). It needs k >= 3 (k - 2 degrees of
+  freedom): with k = 2 none is given and `pi_reason` says why; with k = 1 the run is returned as
+  that run, not pooled (`pooled` False, no tau^2, I^2 or prediction interval).
+Everything is computed on the log scale and kept (`log_*`); the ratio scale (exp) is for display.
+
+What a run contributes (`lesson_inputs`). A judged row's interval is the Student t-interval on the
+log of the per-repeat values of a / b (harness.claims, harness.core.stats.log_ratio_summary / tost):
+    [log ci_low, log ci_high] = m -/+ t_{n-1, (1+L)/2} se,   m = log(estimate)
+so the standard error of the run's log estimate is, exactly,
+    se = (log ci_high - log ci_low) / (2 t_{n-1, (1+L)/2})
+with n = `n_used` (the repeats the interval was computed on) and L = `ci_level`: 0.90 for every
+judged row of a version-2 summary, 0.95 for its absolute rows (shown, never judged), and 0.95 for
+every row of a version-1 summary (which stored `value` and `n` instead of `estimate` and `n_used`:
+read as `harness.core.store.upgrade_summary` reads them). Absolute rows (a figure against a stated
+number, e.g. the longest stall in ms against 10 ms, or a plain figure) pool the same way, on the log
+of the figure, since the figure is positive (a geometric mean). Rows that give no such interval are
+not poolable (`NotPoolable`, with the reason): a row judged on counts (the sign test: median, no
+interval on the figure), fewer than 2 repeats, a zero-width interval (every repeat equal: it would
+get infinite weight), an equivalence row with a zero among its repeats (its interval rests on fewer
+repeats than `n_used`), a row not measured, a premise not met.
+
+Which runs pool (`pooled_lessons`). For each ledger row: runs that measured it (a row `not measured
+in this run` is not counted at all) with a boot id (a run without one cannot be told apart from
+another on the same boot: left out, counted); among those whose row is poolable, only the runs
+whose *key* equals the newest such run's: the verdict rules (the summary's format version: 1 = before
+issue 22, 95% intervals and no Holm adjustment; 2 = now), the profile,
+and with `match="version"` (the default) the experiment versions (`manifest.json`'s
+`experiments.<name>.version`: a hash of the experiment's code and parameters) of the experiments the
+row reads; a run whose manifest records no versions keys as unknown and pools only with such runs.
+`match="rules"` drops the experiment versions from the key; `match="profile"` drops the rules too
+(for information only: it pools 95% and 90% rows, each at its own level, and verdicts judged by
+different rules). Then one run per boot (the manifest's `environment.machine.boot_id`): the latest,
+the others counted as dropped.
+
+A verdict across runs (`pooled_verdict`): the single run's band rule (harness.claims) applied to the
+pooled 90% interval: the interval wholly on the side opposite to the seed's -> not reproduced; wholly
+on the seed's side -> reproduced if it overlaps the band, direction only if it lies outside it or
+the row has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent,
+wholly outside -> not reproduced; absolute rows: not comparable. No Holm adjustment is applied across
+lessons. "k of K runs agree": the pooled runs whose own verdict has the pooled verdict's class
+(harness.core.verdicts: holds / fails / open); runs of different classes are named (`disagreement`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+from scipy.optimize import brentq
+from statsmodels.stats.meta_analysis import combine_effects
+
+from . import store
+from .verdicts import (
+    DIRECTION_ONLY,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    NOT_MEASURED,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    verdict_class,
+)
+
+LEVEL = 0.90                 # every judged row's level (harness.claims.JUDGED_LEVEL)
+V1_LEVEL = 0.95              # the interval a version-1 summary stored (harness.core.store.upgrade_summary)
+METHODS = {"pm": "Paule-Mandel", "dl": "DerSimonian-Laird"}
+MATCHES = ("version", "rules", "profile")
+MIN_FOR_PI = 3
+ROOT = Path(__file__).resolve().parents[2]   # harness/core/pooling.py
+_REF = re.compile(r"\{\s*(?:param:)?([A-Za-z_][A-Za-z0-9_]*)\.")
+_PROFILE = re.compile(r"^\d{8}T\d{6}Z-([A-Za-z0-9_]+)-[0-9a-f]+$")
+
+
+class NotPoolable(ValueError):
+    """A run's row that gives no log estimate with a standard error; the message says why."""
+
+
+# -- the estimator ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pooled:
+    """`pool`'s result. Log scale (`log_*`) and ratio scale (the properties, exp of those) both kept.
+
+    k = 1: `pooled` is False and the figures are that run's own (its interval: t with `dfs[0]`
+    degrees of freedom when given, else normal); tau2, i2, q and the prediction interval are None.
+    k = 2: pooled, but `log_pi` is None and `pi_reason` says why."""
+
+    k: int
+    labels: tuple[str, ...]
+    log_estimates: tuple[float, ...]
+    std_errors: tuple[float, ...]
+    log_estimate: float
+    log_se: float
+    log_ci: tuple[float, float]
+    level: float
+    method: str
+    pooled: bool
+    tau2: float | None = None
+    i2: float | None = None
+    q: float | None = None
+    weights: tuple[float, ...] = ()          # relative random-effects weights, summing to 1
+    log_pi: tuple[float, float] | None = None
+    pi_reason: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def estimate(self) -> float:
+        return math.exp(self.log_estimate)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return math.exp(self.log_ci[0]), math.exp(self.log_ci[1])
+
+    @property
+    def pi(self) -> tuple[float, float] | None:
+        return None if self.log_pi is None else (math.exp(self.log_pi[0]), math.exp(self.log_pi[1]))
+
+    @property
+    def tau(self) -> float | None:
+        """The between-run standard deviation on the log scale (exp(tau) - 1 ~ the typical factor)."""
+        return None if self.tau2 is None else math.sqrt(self.tau2)
+
+
+def pool(estimates: Sequence[float], std_errors: Sequence[float], labels: Sequence[str] | None = None, *,
+         method: str = "pm", level: float = LEVEL, dfs: Sequence[float] | None = None) -> Pooled:
+    """The random-effects pooled estimate of `estimates` (log scale, one per run) with standard errors
+    `std_errors` (the module docstring): estimate, interval at `level`, tau^2, I^2, Q and the
+    prediction interval for one new run. `method`: "pm" (Paule-Mandel) or "dl" (DerSimonian-Laird).
+    `dfs` (optional, one per run: n - 1) only serves k = 1, to give that run's own t-interval.
+    ValueError for mismatched lengths, no run, a non-finite figure or a standard error <= 0."""
+    y = np.asarray(estimates, dtype=float)
+    se = np.asarray(std_errors, dtype=float)
+    k = int(y.size)
+    names = tuple(str(x) for x in labels) if labels is not None else tuple(f"run {i + 1}" for i in range(k))
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    if y.ndim != 1 or se.shape != y.shape or len(names) != k:
+        raise ValueError(f"one estimate, standard error and label per run: got {y.size}, {se.size}, {len(names)}")
+    if k == 0:
+        raise ValueError("no run to pool")
+    if not (np.all(np.isfinite(y)) and np.all(np.isfinite(se)) and np.all(se > 0)):
+        raise ValueError("estimates and standard errors must be finite, standard errors > 0")
+    tail = (1 + level) / 2
+    if k == 1:
+        df = float(dfs[0]) if dfs is not None and dfs[0] is not None and dfs[0] >= 1 else None
+        crit = float(sps.t.ppf(tail, df)) if df else float(sps.norm.ppf(tail))
+        m, s = float(y[0]), float(se[0])
+        return Pooled(k=1, labels=names, log_estimates=(m,), std_errors=(s,), log_estimate=m, log_se=s,
+                      log_ci=(m - crit * s, m + crit * s), level=level, method="single run", pooled=False,
+                      weights=(1.0,), pi_reason="one run: shown as that run, not pooled")
+    v = se ** 2
+    kwds = {"maxiter": 500} if method == "pm" else {}
+    # statsmodels divides by Q (0 for identical runs) and takes roots with DL's untruncated tau^2 < 0: the
+    # figures it gets so are not used; only its tau^2 and Q are, and the rest follows from them below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        res = combine_effects(y, v, method_re=method, row_names=list(names), use_t=True, alpha=1 - level, **kwds)
+    notes: list[str] = []
+    q = float(res.q)
+    tau2 = float(res.tau2)
+    if method == "dl" and tau2 < 0:
+        notes.append(f"DerSimonian-Laird tau^2 {tau2:.3g} < 0 truncated at 0")
+        tau2 = 0.0
+    if method == "pm" and q > k - 1 and not abs(_q_gen(y, v, tau2) - (k - 1)) <= 1e-4 * (k - 1):
+        # statsmodels' iteration stops at tau^2 = 0 when a rounding error makes its estimating equation
+        # negative, or stops short: solve the same equation (generalised Q = k - 1, decreasing in tau^2)
+        tau2 = _solve_pm(y, v)
+        notes.append("Paule-Mandel solved by root finding (statsmodels' iteration stopped short)")
+    tau2 = max(tau2, 0.0)
+    w_abs = 1 / (v + tau2)
+    w = w_abs / w_abs.sum()
+    mu = float(np.sum(w * y))
+    se_re = 1 / math.sqrt(float(w_abs.sum()))
+    se_hk = math.sqrt(float(np.sum(w * (y - mu) ** 2)) / (k - 1))    # Hartung-Knapp-Sidik-Jonkman (WLS scale)
+    se_mu = max(se_re, se_hk)
+    i2 = max(0.0, (q - (k - 1)) / q) if q > 0 else 0.0
+    crit = float(sps.t.ppf(tail, k - 1))
+    ci = (mu - crit * se_mu, mu + crit * se_mu)
+    pi: tuple[float, float] | None = None
+    reason = ""
+    if k >= MIN_FOR_PI:
+        half = float(sps.t.ppf(tail, k - 2)) * math.sqrt(tau2 + se_mu ** 2)
+        pi = (mu - half, mu + half)
+    else:
+        reason = (f"{k} runs: a prediction interval needs at least {MIN_FOR_PI} "
+                  f"(Student t with k - 2 degrees of freedom)")
+    return Pooled(k=k, labels=names, log_estimates=tuple(map(float, y)), std_errors=tuple(map(float, se)),
+                  log_estimate=mu, log_se=se_mu, log_ci=ci, level=level, method=METHODS[method], pooled=True,
+                  tau2=tau2, i2=i2, q=q, weights=tuple(map(float, w)), log_pi=pi, pi_reason=reason,
+                  notes=tuple(notes))
+
+
+def _q_gen(y: np.ndarray, v: np.ndarray, tau2: float) -> float:
+    """The generalised Q-statistic at tau^2: sum w_i (y_i - mu)^2, w_i = 1 / (v_i + tau^2)."""
+    w = 1 / (v + tau2)
+    mu = float(np.sum(w * y) / np.sum(w))
+    return float(np.sum(w * (y - mu) ** 2))
+
+
+def _solve_pm(y: np.ndarray, v: np.ndarray) -> float:
+    """Paule-Mandel's tau^2 by root finding: the generalised Q equals k - 1 (0 when even tau^2 = 0 gives
+    less). The generalised Q decreases from its value at 0 towards 0 as tau^2 grows."""
+    target = y.size - 1
+    if _q_gen(y, v, 0.0) <= target:
+        return 0.0
+    high = max(float(np.var(y, ddof=1)), float(v.max()), 1e-12)
+    while _q_gen(y, v, high) > target:
+        high *= 2
+    return float(brentq(lambda t: _q_gen(y, v, t) - target, 0.0, high, xtol=1e-14, rtol=1e-12))
+
+
+# -- one run's contribution ------------------------------------------------------------------------
+
+def rules_version(summary: Mapping[str, Any]) -> int:
+    """The verdict rules a summary was judged by: its format version (1, 2 or 3), also when it was read
+    through `harness.core.store.upgrade_summary` (which keeps the original as `upgraded_from`)."""
+    return int(summary.get("upgraded_from") or summary.get("summary_version") or 1)
+
+
+def _num(x: Any) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def claim_row(summary: Mapping[str, Any], claim_id: str) -> Mapping[str, Any]:
+    """The summary's claims row `claim_id`. NotPoolable when it is absent or appears more than once
+    (several interpreters: pool one interpreter's rows at a time)."""
+    rows = [r for r in summary.get("claims", []) or [] if isinstance(r, Mapping) and r.get("claim_id") == claim_id]
+    if not rows:
+        raise NotPoolable(f"no row {claim_id} in this summary")
+    if len(rows) > 1:
+        raise NotPoolable(f"{len(rows)} rows {claim_id} (one per interpreter): pool one interpreter at a time")
+    return rows[0]
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """What one run's row contributes, with what its interval came from."""
+
+    log_estimate: float
+    std_error: float
+    n: int
+    level: float
+    verdict: str
+
+
+def row_input(summary: Mapping[str, Any], claim_id: str) -> RowInput:
+    """`lesson_inputs` with the repeats, level and verdict beside them."""
+    row = claim_row(summary, claim_id)
+    v1 = rules_version(summary) == 1
+    verdict = str(row.get("verdict") or "")
+    est = _num(row.get("estimate", row.get("value")))
+    lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
+    n_num = _num(row.get("n_used") if row.get("n_used") is not None else row.get("n"))
+    n = int(n_num) if n_num is not None else 0
+    level = _num(row.get("ci_level")) or (V1_LEVEL if v1 else None)
+    method = str(row.get("method") or "")
+    why = f"({verdict or 'no verdict'})"
+    if est is None:
+        raise NotPoolable(f"no estimate {why}")
+    if method.startswith("median") or (_num(row.get("bound")) is not None and not v1):
+        raise NotPoolable(f"judged on counts (sign test): a median with no interval on the figure {why}")
+    if lo is None or hi is None:
+        raise NotPoolable(f"no interval {why}" + (f": {n} repeat" if n < 2 else ""))
+    if not (est > 0 and lo > 0 and hi > 0):
+        raise NotPoolable(f"estimate or interval not positive: no log {why}")
+    if n < 2:
+        raise NotPoolable(f"fewer than 2 repeats {why}")
+    if level is None or not 0 < level < 1:
+        raise NotPoolable(f"no interval level recorded {why}")
+    if "gave a zero" in str(row.get("reason") or "") and row.get("comparison") == "equivalence":
+        raise NotPoolable(f"a zero among the repeats: the interval rests on fewer than n_used {why}")
+    width = math.log(hi) - math.log(lo)
+    if not width > 0:
+        raise NotPoolable(f"zero-width interval (every repeat equal) {why}")
+    se = width / (2 * float(sps.t.ppf((1 + level) / 2, n - 1)))
+    return RowInput(log_estimate=math.log(est), std_error=se, n=n, level=level, verdict=verdict)
+
+
+def lesson_inputs(summary: Mapping[str, Any], claim_id: str) -> tuple[float, float]:
+    """(log estimate, its standard error) of ledger row `claim_id` in one run's summary.json (raw,
+    version 1 or 2, or read through `harness.core.store.load_summary`): se = (log ci_high - log ci_low) /
+    (2 t_{n-1, (1+L)/2}), n = n_used, L = ci_level (the module docstring). NotPoolable (a ValueError)
+    with the reason when the row gives none."""
+    got = row_input(summary, claim_id)
+    return got.log_estimate, got.std_error
+
+
+def interval_from(log_estimate: float, std_error: float, n: int, level: float) -> tuple[float, float]:
+    """The ratio-scale t-interval `lesson_inputs` inverts: exp(m -/+ t_{n-1, (1+level)/2} se)."""
+    half = float(sps.t.ppf((1 + level) / 2, n - 1)) * std_error
+    return math.exp(log_estimate - half), math.exp(log_estimate + half)
+
+
+# -- a verdict across runs -------------------------------------------------------------------------
+
+def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
+    """The single run's band rule (harness.claims) applied to a pooled interval on the log scale
+    (the module docstring). `row` needs comparison, direction, reference, band_low, band_high, margin."""
+    comparison = row.get("comparison")
+    if comparison == "absolute":
+        return NOT_COMPARABLE
+    lo, hi = math.exp(log_ci[0]), math.exp(log_ci[1])
+    ref = _num(row.get("reference")) or 1.0
+    if comparison == "equivalence":
+        margin = _num(row.get("margin"))
+        if margin is None or not margin > 0:
+            return INCONCLUSIVE
+        low_m, high_m = ref / (1 + margin), ref * (1 + margin)
+        if low_m <= lo and hi <= high_m:
+            return EQUIVALENT
+        if hi < low_m or lo > high_m:
+            return NOT_REPRODUCED
+        return INCONCLUSIVE
+    up = row.get("direction") == ">"
+    seed_side = lo > ref if up else hi < ref
+    opposite = hi < ref if up else lo > ref
+    if opposite:
+        return NOT_REPRODUCED
+    if not seed_side:
+        return INCONCLUSIVE
+    band_lo, band_hi = _num(row.get("band_low")), _num(row.get("band_high"))
+    if band_lo is None or band_hi is None or hi < band_lo or lo > band_hi:
+        return DIRECTION_ONLY
+    return REPRODUCED
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One committed run as `pooled_lessons` reads it. `versions`: experiment -> version from the
+    manifest (None: not recorded); `profile`: the manifest's (None: taken from the run id)."""
+
+    run_id: str
+    boot_id: str | None
+    summary: Mapping[str, Any]
+    versions: Mapping[str, str | None] | None = None
+    profile: str | None = None
+
+    @property
+    def run_profile(self) -> str | None:
+        if self.profile:
+            return self.profile
+        m = _PROFILE.match(self.run_id)
+        return m.group(1) if m else None
+
+
+def read_run(directory: Path | str) -> RunRecord:
+    """A run directory's manifest.json and summary.json as a RunRecord, both read through the
+    store's upgrades (`store.load_manifest`, `store.load_summary`, which keeps the stored summary
+    version as `upgraded_from`): boot id from `environment.machine.boot_id`, versions from
+    `experiments.<name>.version`. A one-line HarnessError for a file that cannot be read."""
+    d = Path(directory)
+    summary = store.load_summary(d)
+    manifest: Mapping[str, Any] = store.load_manifest(d)
+    machine = (manifest.get("environment") or {}).get("machine") or {}
+    exps = manifest.get("experiments") or {}
+    versions = {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
+    recorded = versions if any(versions.values()) else None
+    return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or d.name),
+                     boot_id=machine.get("boot_id") or None, summary=summary, versions=recorded,
+                     profile=manifest.get("profile"))
+
+
+def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:
+    """Every committed run with a summary: `data/reference/*` and `data/history/*`, oldest first."""
+    base = Path(root) / "data"
+    dirs = [p for sub in ("reference", "history") for p in sorted((base / sub).glob("*"))
+            if (p / "summary.json").exists()]
+    return sorted((read_run(p) for p in dirs), key=lambda r: r.run_id)
+
+
+def _as_record(x: RunRecord | Sequence[Any]) -> RunRecord:
+    if isinstance(x, RunRecord):
+        return x
+    return RunRecord(*x)
+
+
+def experiments_read(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The experiments whose figures a ledger row reads (its `a` and `b` expressions)."""
+    names = _REF.findall(f"{row.get('a') or ''} {row.get('b') or ''}")
+    return tuple(sorted(set(names)))
+
+
+def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:
+    key: tuple[Any, ...] = (run.run_profile,)
+    if match in ("version", "rules"):
+        key += (rules_version(run.summary),)
+    if match == "version":
+        vs = None if run.versions is None else tuple((e, run.versions.get(e)) for e in experiments_read(row))
+        key += (vs,)
+    return key
+
+
+def _short(run_id: str) -> str:
+    return run_id.rsplit("-", 1)[-1]
+
+
+COLUMNS = ("claim_id", "comparison", "k", "runs", "estimate", "ci_low", "ci_high", "ci_level", "pi_low", "pi_high",
+           "pi_reason", "tau2", "i2", "q", "log_estimate", "log_se", "log_ci_low", "log_ci_high", "log_pi_low",
+           "log_pi_high", "method", "pooled", "verdict", "agree", "agree_text", "verdicts", "disagreement",
+           "per_run", "key", "dropped_same_boot", "dropped_other_key", "dropped_no_boot", "not_poolable", "notes")
+
+
+def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: Iterable[str], *,
+                   method: str = "pm", match: str = "version", level: float = LEVEL) -> pd.DataFrame:
+    """One row per claim id (in the order given): the runs chosen (the module docstring), `pool`
+    over them, the pooled verdict and how many runs agree. `summaries`: RunRecords (`read_run`,
+    `committed_runs`) or (run_id, boot_id, summary[, versions[, profile]]) tuples.
+
+    Columns (`COLUMNS`): claim_id, comparison, k, runs (run ids pooled, oldest first), estimate,
+    ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level), pi_low,
+    pi_high (None unless k >= 3), pi_reason, tau2, i2, q, their log-scale twins, method, pooled,
+    verdict (pooled: `pooled_verdict`; k = 1: the run's own), agree (runs whose verdict class is the
+    pooled verdict's), agree_text ("k of K runs agree"), verdicts (run id -> verdict), disagreement
+    (a sentence naming the runs when their classes differ, else ""), per_run (one dict per pooled run:
+    run_id, boot_id, estimate, ci_low, ci_high, ci_level, log_estimate, std_error, n, verdict, weight:
+    for a forest plot), key (what the pooled runs share), dropped_same_boot, dropped_other_key,
+    dropped_no_boot (counts), not_poolable (run -> reason, for runs of the key whose row gives no
+    interval), notes."""
+    if match not in MATCHES:
+        raise ValueError(f"match must be one of {', '.join(MATCHES)}, got {match!r}")
+    runs = sorted((_as_record(x) for x in summaries), key=lambda r: r.run_id)
+    out = []
+    for claim_id in claim_ids:
+        out.append(_one_lesson(runs, claim_id, method, match, level))
+    return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, level: float) -> dict[str, Any]:
+    rec: dict[str, Any] = {c: None for c in COLUMNS}
+    rec.update(claim_id=claim_id, k=0, runs=(), pooled=False, verdicts={}, per_run=[], dropped_same_boot=0,
+               dropped_other_key=0, dropped_no_boot=0, not_poolable={}, notes=(), disagreement="", pi_reason="")
+    usable: list[tuple[RunRecord, Mapping[str, Any], RowInput]] = []
+    failed: list[tuple[RunRecord, Mapping[str, Any], str]] = []
+    for run in runs:
+        try:
+            row = claim_row(run.summary, claim_id)
+        except NotPoolable:
+            continue
+        if row.get("verdict") == NOT_MEASURED:     # the run did not measure it: not counted at all
+            continue
+        if not run.boot_id:
+            rec["dropped_no_boot"] += 1
+            continue
+        try:
+            usable.append((run, row, row_input(run.summary, claim_id)))
+        except NotPoolable as e:
+            failed.append((run, row, str(e)))
+    if not usable:
+        rec["pi_reason"] = "no run gives an interval for this row"
+        rec["not_poolable"] = {r.run_id: why for r, _, why in failed}
+        return rec
+    newest_run, newest_row, _ = usable[-1]
+    key = _key(newest_run, newest_row, match)
+    rec["key"] = key
+    rec["comparison"] = newest_row.get("comparison")
+    same = [u for u in usable if _key(u[0], u[1], match) == key]
+    rec["dropped_other_key"] = len(usable) - len(same)
+    rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
+    by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}
+    for u in same:              # oldest first: the latest run of each boot stays
+        by_boot[str(u[0].boot_id)] = u
+    chosen = sorted(by_boot.values(), key=lambda u: u[0].run_id)
+    rec["dropped_same_boot"] = len(same) - len(chosen)
+    ids = [u[0].run_id for u in chosen]
+    labels = [_short(i) for i in ids]
+    result = pool([u[2].log_estimate for u in chosen], [u[2].std_error for u in chosen], labels,
+                  method=method, level=level, dfs=[u[2].n - 1 for u in chosen])
+    if not result.pooled:
+        level_shown = chosen[0][2].level
+        lo, hi = interval_from(result.log_estimate, result.log_se, chosen[0][2].n, level_shown)
+        log_ci = (math.log(lo), math.log(hi))
+        verdict = chosen[0][2].verdict
+    else:
+        level_shown, log_ci = result.level, result.log_ci
+        verdict = pooled_verdict(newest_row, log_ci)
+    cls = verdict_class(verdict)
+    verdicts = {i: u[2].verdict for i, u in zip(ids, chosen)}
+    agree = sum(verdict_class(v) == cls for v in verdicts.values())
+    classes = {verdict_class(v) for v in verdicts.values()}
+    if len(classes) > 1:
+        rec["disagreement"] = ("single-run verdicts disagree across boots: "
+                               + "; ".join(f"{_short(i)} {v} ({verdict_class(v)})" for i, v in verdicts.items()))
+    per_run = []
+    for i, (run, _row, ri) in zip(ids, chosen):
+        lo_i, hi_i = interval_from(ri.log_estimate, ri.std_error, ri.n, ri.level)
+        per_run.append({"run_id": i, "boot_id": run.boot_id, "estimate": math.exp(ri.log_estimate),
+                        "ci_low": lo_i, "ci_high": hi_i, "ci_level": ri.level, "log_estimate": ri.log_estimate,
+                        "std_error": ri.std_error, "n": ri.n, "verdict": ri.verdict})
+    for d, w in zip(per_run, result.weights):
+        d["weight"] = w
+    rec.update(k=result.k, runs=tuple(ids), estimate=math.exp(result.log_estimate), ci_low=math.exp(log_ci[0]),
+               ci_high=math.exp(log_ci[1]), ci_level=level_shown, tau2=result.tau2, i2=result.i2, q=result.q,
+               log_estimate=result.log_estimate, log_se=result.log_se, log_ci_low=log_ci[0], log_ci_high=log_ci[1],
+               method=result.method, pooled=result.pooled, verdict=verdict, agree=agree,
+               agree_text=f"{agree} of {result.k} runs agree", verdicts=verdicts, per_run=per_run,
+               pi_reason=result.pi_reason, notes=result.notes)
+    if result.log_pi is not None:
+        rec.update(log_pi_low=result.log_pi[0], log_pi_high=result.log_pi[1], pi_low=math.exp(result.log_pi[0]),
+                   pi_high=math.exp(result.log_pi[1]))
+    levels = {u[2].level for u in chosen}
+    if len(levels) > 1:
+        rec["notes"] = tuple(rec["notes"]) + (f"runs at different interval levels ({', '.join(map(str, levels))}): "
+                                              "each run's standard error is inverted at its own level",)
+    return rec

@@ -1,0 +1,31 @@
+"""The seeds' own sentences that the harness quotes: each "Verify:" line of seeds 001 and 002, and
+seed 002's "Decide:" line, word for word. Typed once, here; the findings table
+(`harness.findings.LESSONS`) and verify's checks (`harness.experiments.verify.analysis.LINES`) quote them by key.
+"""
+
+from __future__ import annotations
+
+LINES: dict[str, str] = {
+    "001-cursor": "Verify: every cursor that can return more than a few thousand documents sets batch_size, and "
+                  "a probe shows loop stalls below 10 ms while it runs.",
+    "001-pool": "Verify: under a load test with more tasks than connections, the maximum latency is within a "
+                "small multiple of the p99, and per-task completion counts are even.",
+    "001-client": "Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at "
+                  "shutdown.",
+    "001-bulk": "Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
+                "happen after the first error.",
+    "001-models": "Verify: the migration's benefit is measured on the real query mix — CPU per query and tail "
+                  "latency — not assumed.",
+    "002-cpu": "Verify: the benchmark records client CPU time alongside throughput; without it, the results "
+               "cannot say which side is the bottleneck.",
+    "002-pool": "Verify: throughput is close to pool_size / per-request database time; if so, change the pool "
+                "size or the queries, not the concurrency model.",
+    "002-client": "Verify: if client CPU is at 100% for asyncio or 200% for threads on a GIL build, the client "
+                  "is the bottleneck, and more connections will not raise throughput.",
+    "002-tail": "Verify: the benchmark reports p99 and the p99/p50 ratio for each driver and pool, and the "
+                "chosen configuration meets the latency objective.",
+    "002-limit": "Verify: the decision names which resource limited throughput in the benchmark — pool or client "
+                 "CPU — and the production pool size matches the tested one.",
+    "002-decide": "Decide: if the database or the pool is the bottleneck, keep the codebase's model; if the "
+                  "client is, asyncio does the same work with a fraction of the CPU.",
+}

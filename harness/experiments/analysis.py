@@ -1,0 +1,128 @@
+"""Raw tables -> summary tables and per-repeat metrics, per experiment family (used by notebooks,
+the claims and the run summary).
+
+Every analysis module exposes `metrics(run) -> pandas.DataFrame` in one long form, one row per
+figure and repeat (from ok cells only), built with `MetricRows`:
+
+    experiment  str    e.g. "mongo_pool"
+    variant     str    e.g. "bare"; "" for a figure of the experiment as a whole
+    metric      str    e.g. "throughput_qps"
+    unit        str    e.g. "queries/s", "ms", "count", "ratio"
+    repeat      int    the repeat the value comes from: repeats are the unit of evidence, never
+                       the per-operation samples of one window
+    value       float
+    better      str    "higher", "lower", or "" where neither is better
+    bottleneck  str    the variant's measured limiting resource, where the experiment names one
+
+The claims ledger refers to a figure by its dotted name `experiment.variant.metric`
+(`experiment.metric` when variant is ""), which `metric_name()` builds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from ..core import stats
+from ..core.measure import cpu_consistency
+
+METRIC_COLUMNS = ("experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck")
+BUSY = 0.9   # a resource at or above this fraction of its capacity is saturated (every family's rules)
+
+
+def machine_limit(machine_pct: float, cores: float, users: dict[str, float]) -> str | None:
+    """The rule every family's bottleneck shares for the whole machine: when it is >= BUSY busy,
+    `database_cpu` if the database (key "database" of `users`, % of a core) is its largest user
+    (of `users` and everything else on the machine), else `machine_cpu`; None when not busy."""
+    if not machine_pct >= BUSY * 100.0 * cores:
+        return None
+    known = sum(v for v in users.values() if not math.isnan(v))
+    everyone = {**users, "other": machine_pct - known}
+    largest = max(everyone, key=lambda k: -1.0 if math.isnan(everyone[k]) else everyone[k])
+    return "database_cpu" if largest == "database" else "machine_cpu"
+
+
+def demand_pct(cpu_pct: float, wait_pct: float) -> float:
+    """The CPU a process wanted (% of a core): what it ran plus how long its threads were runnable
+    but waiting for a core (`measure.thread_waits`). Every family's client/app CPU rule compares
+    this with the process's capacity; a wait not measured (NaN: older runs, no schedstat) counts 0,
+    so such a rule reads CPU alone, as before the wait was measured."""
+    return cpu_pct + (0.0 if math.isnan(wait_pct) else wait_pct)
+
+
+def cores(run: Any) -> int:
+    """Cores the run could use (a `store.Run`): its CPU affinity, else the machine's logical count."""
+    machine = run.manifest.get("environment", {}).get("machine", {})
+    affinity = machine.get("cpu_affinity")
+    return len(affinity) if affinity else int(machine.get("cpu_count_logical") or 0)
+
+
+# A window whose CPU readings do not fit the machine (`measure.cpu_consistency`: client + server <=
+# machine <= cores x wall, within its tolerance) loses every CPU figure; each family counts such
+# windows per repeat as `<experiment>.all.cpu_windows_rejected` (unit "windows", lower is better).
+CPU_REJECTED = "cpu_windows_rejected"
+
+
+def fit_cpu(client_s: float, server_s: float, machine_s: float, wall_s: float,
+            cores: int) -> tuple[float, float, float, str]:
+    """One window's (client, server, machine) CPU seconds and its check ('' when they fit the
+    machine, else the broken inequality, `measure.cpu_consistency`): all three NaN when they do not
+    fit, so no figure is built from them. Applied to the stored readings of every run, old ones
+    included. A reading not measured (NaN) is left out of the check and stays NaN."""
+    check = cpu_consistency(client_s, server_s, machine_s, wall_s, cores)
+    if check:
+        return math.nan, math.nan, math.nan, check
+    return client_s, server_s, machine_s, ""
+
+
+def put_cpu_rejected(rows: MetricRows, experiment: str, table: pd.DataFrame) -> None:
+    """`<experiment>.all.cpu_windows_rejected` per repeat: the windows of `table` (one row a window,
+    with `repeat` and `cpu_check`) whose CPU readings did not fit the machine."""
+    if table.empty or "cpu_check" not in table:
+        return
+    for rep, g in table.groupby("repeat"):
+        rows.put(experiment, "all", CPU_REJECTED, "windows", int(rep),
+                 int((g["cpu_check"].fillna("") != "").sum()), "lower")
+
+
+BETTER = ("higher", "lower", "")
+
+
+def metric_name(experiment: str, variant: str, metric: str) -> str:
+    """The dotted name the claims ledger uses for a figure."""
+    return f"{experiment}.{variant}.{metric}" if variant else f"{experiment}.{metric}"
+
+
+class MetricRows:
+    """Collects per-repeat figures; `frame()` gives the long form above. NaN and None are skipped."""
+
+    def __init__(self) -> None:
+        self._rows: list[dict[str, Any]] = []
+
+    def put(self, experiment: str, variant: str, metric: str, unit: str, repeat: int, value: Any,
+            better: str = "", bottleneck: str = "") -> None:
+        if better not in BETTER:
+            raise ValueError(f"better must be one of {BETTER}, got {better!r}")
+        if value is None:
+            return
+        v = float(value)
+        if math.isnan(v):
+            return
+        self._rows.append({"experiment": experiment, "variant": variant, "metric": metric, "unit": unit,
+                           "repeat": int(repeat), "value": v, "better": better, "bottleneck": bottleneck})
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._rows, columns=list(METRIC_COLUMNS))
+
+
+def named_medians(frame: pd.DataFrame) -> dict[str, float]:
+    """{dotted name: median over repeats} of a metrics frame: what each family's `named(run)` gives
+    the notebooks that print figures."""
+    if frame.empty:
+        return {}
+    out = {}
+    for (e, v, m), g in frame.groupby(["experiment", "variant", "metric"], sort=True):
+        out[metric_name(e, v, m)] = stats.summarise(g["value"].to_numpy())["median"]
+    return out

@@ -1,0 +1,476 @@
+"""Seed 002 (threads vs asyncio against PostgreSQL): raw tables of a run -> the seed's table, the
+limiting resource of each row, and named metrics for the claims ledger.
+
+Every statistic comes from `harness.core.stats` (percentiles, fairness, CPU per operation, spread across
+repeats). Inputs are the raw tables of `pg_models` and `pg_ceiling` (see their module docstrings).
+
+Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
+- rps: successful requests that ENDED in the measured window (`completed`, wherever they started:
+  `measure.completions_in_window`, the definition every family shares) / window wall time
+  (stats.throughput); `rps_definition` says which count a row used: runs recorded before
+  `completed` existed fall back to `ops`, the requests that also started inside the window
+  (`measure.window_completed`). `requests` is that old count, `completed` the new one.
+- p50_ms, p99_ms, mean_ms: latency percentiles and mean of the window's successful requests. The
+  samples are the requests that started and ended inside the window (no warm-up request), which
+  keeps a request of latency L with probability (T - L) / T: each is weighted by T / (T - L)
+  (`stats.window_latency_summary`), so long requests count as often as they occur (unweighted, an
+  unfair pool's heavy tail left asyncpg's mean 6-11% and its p99 6-12% low, medians over repeats,
+  in the reference run 1f2a);
+  mean_se_ms is the weighted mean's standard error; p99_p50_ratio = p99_ms / p50_ms.
+- cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
+- cpu_wait_pct: how long the client's threads were runnable but waiting for a core over the
+  window / wall, % of one core (`measure.thread_waits`; NaN for runs recorded before it existed).
+  cpu_pct + cpu_wait_pct is the CPU the client wanted: on a shared machine it gets less.
+- cpu_us_per_req: client CPU per successful request (the same count as rps), microseconds
+  (stats.cpu_per_op_us).
+- server_cpu_pct, server_cpu_us_per_req: the same for the PostgreSQL processes (NaN when the
+  server was not a process on the measuring machine).
+- machine_cpu_pct: busy CPU of every process on the machine over the window, % of one core
+  (cores x 100 = all busy); other_cpu_pct = machine - client - server: load from anything else
+  (other users of a shared machine, the harness itself).
+- cpu_check: '' when the window's client + server <= machine <= cores x wall (within the
+  tolerance of `measure.cpu_consistency`), else the broken inequality; such a window's CPU figures
+  above are NaN (left out of every figure) and `<experiment>.all.cpu_windows_rejected` counts them
+  per repeat. The rule is applied to the stored readings of every run, old ones included.
+- db_time_ms: per-request database time, the median latency of the calibration requests (one
+  client, one request at a time, nothing queues): the seed's "per-request database time".
+- pool_bound_rps = pool / db_time: the throughput a pool of that size can carry (seed: "each
+  connection can serve about 1/db_time requests per second"); pool_bound_frac = rps / pool_bound_rps.
+- held_ms: the mean time a successful request held its connection under load, from the pool's
+  hand-over to the release (latency - wait); held_over_db_time = held_ms / db_time_ms: how much
+  longer than alone a request kept its connection (a client that answers late, a server running
+  many queries at once, or both: the figure does not tell them apart).
+- pool_busy_frac: the share of the pool's connection time in use over the window, pool_held_s /
+  (pool x wall), from every request the child logged, each clipped to the window (NaN for runs
+  recorded before the child measured it; `workload.held_in_window`). What "in use" includes
+  differs by driver: a psycopg connection is idle from its return to the pool until the next
+  waiting client picks it up; an asyncpg release finishes in a task of its own, so the next
+  client already holds the connection when the releasing one reads its clock, and the hand-over
+  counts as in use. With clients always waiting, asyncpg's figure is therefore 1.0. This is the
+  client's view: a connection handed to a client that the loop has not yet run counts as in use.
+  Which resource limits is read against capacity at the connection instead: pool_bound_frac, the
+  share of the pool's connection time the server spent on requests (`limiting_resource`).
+- littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
+  with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent), checked in
+  every window: littles_law_tolerance = LITTLE_BAND (0.03, what the window's edges and the time
+  between a client's requests may leave) + LITTLE_Z (1.96) standard errors of the mean, relative
+  (mean_se_ms / mean_ms: the window's sample count and spread); littles_law_outside is True when
+  |ratio - 1| exceeds it, or the ratio is undefined (tests/test_littles_law.py).
+- ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
+- limit, limit_reason: the seed's decision rule (`limiting_resource`).
+
+Metric names: `metrics(run)` gives one row per figure and repeat (contract C1 in harness.experiments.analysis;
+ok cells only; `bottleneck` = the variant's limit in that repeat); `named(run)` the median over
+repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (count):
+  pg_models.<regime>.pool<P>.<model>.<q>            per model, where
+      <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none);
+      <P> = pool size; <model> in harness.experiments.postgres.workload.MODELS;
+      <q> = rps (requests/s) | p50_ms | p99_ms | mean_ms (ms) | p99_p50_ratio (ratio)
+            | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct
+            (% of one core) | cpu_us_per_req (us)
+            | server_cpu_us_per_req (us) | db_time_ms (ms) | pool_bound_rps (requests/s)
+            | pool_bound_frac (ratio) | littles_law_ms (ms) | littles_law_ratio (ratio)
+            | ops_per_client_min | ops_per_client_max (requests) | jain (0..1)
+            | errors (count)
+  pg_models.<regime>.pool<P>.rps_min | rps_max      over the seed's four models (requests/s)
+  pg_models.<regime>.pool<P>.asyncio_rps_min | asyncio_rps_max
+                                                    over asyncio_psycopg and asyncio_asyncpg
+  pg_models.<regime>.pool<P>.pool_bound_rps         pool / median calibration latency of all
+                                                    models of that regime and pool (requests/s)
+  pg_models.<regime>.pool<P>.per_connection_rps     1 / that database time (requests/s)
+  pg_models.<regime>.pool<P>.<q>_ratio.<a>_over_<b> <q> in rps, cpu_us_per_req, p99_ms; for every
+                                                    pair of models a before b in MODELS order
+                                                    (e.g. threads_psycopg_over_uvloop_asyncpg)
+  pg_ceiling.<regime>.c<C>.<mode>.<q>               pgbench with C clients (= C connections),
+      mode prepared | simple; <q> = rps (transactions/s in the window) | tps_reported (pgbench's
+      own, whole run, transactions/s) | p50_ms | p99_ms | latency_avg_ms_reported (ms)
+      | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct (% of one core) | cpu_us_per_req
+      | server_cpu_us_per_req (us)
+  pg_ceiling.<regime>.c<C>.tps                      the best mode's rps at C clients
+  pg_ceiling.<regime>.tps                           the same at the largest C of the run (the
+                                                    seed's 200 clients in `full`)
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...core import stats
+from ...core.measure import window_completed
+from ...core.store import Run
+from ..analysis import BUSY, MetricRows, cores, demand_pct, fit_cpu, named_medians, put_cpu_rejected
+from .workload import MODELS, SEED_MODELS
+
+LITTLE_BAND = 0.03   # Little's law in one window: |ratio - 1| <= this + LITTLE_Z standard errors
+LITTLE_Z = 1.96
+
+ASYNCIO_DEFAULT_LOOP = ("asyncio_psycopg", "asyncio_asyncpg")
+MODEL_LABELS = {
+    "threads_psycopg": "threads + psycopg",
+    "asyncio_psycopg": "asyncio + psycopg async",
+    "asyncio_asyncpg": "asyncio + asyncpg",
+    "uvloop_asyncpg": "uvloop + asyncpg",
+    "uvloop_psycopg": "uvloop + psycopg async",
+}
+
+
+# The figures each bottleneck label reads (`limiting_resource`): a claim judged under a premise
+# naming a label must not test one of them (the premise would select on the figure it gates).
+LABEL_READS: dict[str, tuple[str, ...]] = {
+    "pool": ("rps", "pool_bound_rps", "pool_bound_frac", "db_time_ms"),
+    "client cpu": ("cpu_pct", "cpu_wait_pct", "cpu_us_per_req"),
+    "machine cpu": ("machine_cpu_pct", "cpu_pct", "server_cpu_pct", "other_cpu_pct"),
+    "not identified": ("rps", "pool_bound_rps", "pool_bound_frac", "cpu_pct", "cpu_wait_pct", "machine_cpu_pct",
+                       "server_cpu_pct", "pool_busy_frac"),
+}
+
+
+def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
+                      server_cpu_pct: float, machine_cpu_pct: float, n_cores: int,
+                      wait_pct: float = math.nan, pool_busy_frac: float = math.nan,
+                      held_over_db_time: float = math.nan) -> tuple[str, str]:
+    """The seed's decision rule, then one measured step of ours, in this order: (limit, reason).
+
+    pool        throughput >= 90% of pool / db_time (the seed's rule)
+    client CPU  an asyncio model's loop thread near 100% of a core, or the threads model near
+                cores x 100% (a GIL build's threads can use more than one core while libpq waits),
+                counting as busy the time its threads were runnable but waiting for a core
+                (`wait_pct`; 0 when not measured): a loop thread that ran 65% and waited 35% of
+                the window was never idle, it only shared its core with the server
+    machine CPU every core of the machine near 100% busy (client, server and anything else on a
+                shared machine; client + server when the machine-wide figure is missing)
+    otherwise   "not identified", with the figures that ruled the others out; where the client
+                kept the connections >= 90% of the window (`pool_busy_frac`) while the server
+                worked on them less (`rps / pool_bound`), the reason says so: the connections
+                waited on the client. That is no pool limit: with more clients than connections,
+                and an asyncpg hand-over that counts as held, the client's view is near 100%
+                whatever limits (issue 32), so it names no resource.
+
+    Each label reads only these figures (`LABEL_READS`), so a claim about another figure may use it
+    as a premise; a claim about one of them may not (`claims` refuses such a ledger row).
+    """
+    frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
+    if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
+        return "pool", f"{frac:.0%} of the pool bound"
+    client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
+    if demand_pct(cpu_pct, wait_pct) >= BUSY * client_cap:
+        if math.isnan(wait_pct):
+            return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
+        return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for a core, "
+                              f"of {client_cap:.0f}% available")
+    busy = machine_cpu_pct if not math.isnan(machine_cpu_pct) else cpu_pct + server_cpu_pct
+    if not math.isnan(busy) and busy >= BUSY * 100.0 * n_cores:
+        return "machine CPU", (f"machine {busy:.0f}% of {100 * n_cores}% ({n_cores} cores): client "
+                               f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
+    server = "unknown" if math.isnan(server_cpu_pct) else f"{server_cpu_pct:.0f}%"
+    if pool_busy_frac >= BUSY:
+        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window but busy "
+                                  f"at the server {frac:.0%} (each held {held_over_db_time:.2f}x its database "
+                                  f"time): they waited on the client; client {cpu_pct:.0f}%, server {server}, "
+                                  f"machine {busy:.0f}% of {100 * n_cores}%")
+    busy_pool = "" if math.isnan(pool_busy_frac) else f", connections in use {pool_busy_frac:.0%}"
+    return "not identified", (f"{frac:.0%} of pool bound{busy_pool}, client {cpu_pct:.0f}%, server {server}, "
+                              f"machine {busy:.0f}% of {100 * n_cores}%")
+
+
+def _db_time_s(calibration: pd.DataFrame) -> float:
+    return float(stats.percentiles(calibration["latency_s"].to_numpy(), [50.0])[0])
+
+
+def _latency_fields(ok: pd.DataFrame, window_s: float) -> dict[str, float]:
+    """Mean and percentiles of a window's samples, weighted against the edge selection. The weights
+    undo one selection, requests that started and ended inside the window (`workload._package`,
+    pg_ceiling's log): samples outside it are an error, never silently over-corrected."""
+    start, lat = ok["start_s"].to_numpy(dtype=float), ok["latency_s"].to_numpy(dtype=float)
+    if len(ok) and start.min() < 0:
+        raise ValueError(f"a latency sample started {-start.min():g} s before its window opened: the edge "
+                         "weights assume the window kept only the requests that started and ended inside it")
+    s = stats.window_latency_summary(lat, window_s)
+    return {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "mean_ms": s["mean_ms"], "mean_se_ms": s["mean_se_ms"],
+            "p99_p50_ratio": s["p99_ms"] / s["p50_ms"] if s["p50_ms"] else math.nan}
+
+
+def littles_law_check(mean_ms: float, mean_se_ms: float, littles_law_ms: float) -> dict[str, float | bool]:
+    """One window's Little's law: ratio mean / prediction, its tolerance, and whether it lies outside."""
+    ratio = mean_ms / littles_law_ms if littles_law_ms else math.nan
+    tolerance = LITTLE_BAND + LITTLE_Z * mean_se_ms / mean_ms if mean_ms else math.nan
+    return {"littles_law_ratio": ratio, "littles_law_tolerance": tolerance,
+            "littles_law_outside": not abs(ratio - 1.0) <= tolerance}
+
+
+def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
+    """One row per variant and repeat of `experiment` (pg_models, or verify_postgres, which records
+    the same tables) with every derived quantity (see module doc)."""
+    windows = run.table(experiment, "windows")
+    if windows.empty:
+        return pd.DataFrame()
+    samples = run.table(experiment, "samples")
+    calib = run.table(experiment, "calibration")
+    n_cores = cores(run)
+    rows = []
+    for _, w in windows.iterrows():
+        key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+        ok = samples[key & samples["ok"]]
+        c = calib[(calib["repeat"] == w["repeat"]) & (calib["variant"] == w["variant"])]
+        completed, rps_definition = window_completed(w)
+        rps = stats.throughput(completed, float(w["wall_s"]))
+        db_time = _db_time_s(c) if len(c) else math.nan
+        pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
+        cpu = window_cpu(w, completed, n_cores)
+        cpu_pct, wait_pct = cpu["cpu_pct"], cpu["cpu_wait_pct"]
+        server_pct, machine_pct = cpu["server_cpu_pct"], cpu["machine_cpu_pct"]
+        fair = stats.fairness_summary(ok["task"].to_numpy(), int(w["clients"]))
+        littles = w["clients"] / rps * 1000.0 if rps else math.nan
+        lat = _latency_fields(ok, float(w["wall_s"]))
+        held_ms = 1000.0 * float((ok["latency_s"] - ok["wait_s"]).mean()) if len(ok) else math.nan
+        held_over_db = held_ms / (db_time * 1000.0) if db_time > 0 else math.nan
+        pool_busy = w.get("pool_held_s", math.nan) / (w["pool"] * w["wall_s"])
+        limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
+                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db)
+        rows.append({
+            "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
+            "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
+            "requests": int(w["ops"]), "completed": completed, "errors": int(w["errors"]),
+            "wall_s": w["wall_s"], "rps": rps, "rps_definition": rps_definition,
+            **lat,
+            **cpu, "other_cpu_pct": machine_pct - cpu_pct - server_pct,
+            "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
+            "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
+            "held_ms": held_ms, "held_over_db_time": held_over_db, "pool_busy_frac": pool_busy,
+            "littles_law_ms": littles, **littles_law_check(lat["mean_ms"], lat["mean_se_ms"], littles),
+            "ops_per_client_min": fair["ops_per_task_min"], "ops_per_client_max": fair["ops_per_task_max"],
+            "ops_per_client_median": fair["ops_per_task_median"], "jain": fair["jain_index"],
+            "limit": limit, "limit_reason": reason,
+        })
+    return pd.DataFrame(rows)
+
+
+def window_cpu(w: pd.Series, completed: int, n_cores: int) -> dict[str, Any]:
+    """A window's CPU figures (client, its wait, server, machine: % of one core and us per request),
+    all NaN when its readings do not fit the machine (`measure.cpu_consistency`, applied to every
+    run's stored readings, those of runs recorded before the edge reader too), with `cpu_check`
+    saying why ('' when they fit)."""
+    wall = float(w["wall_s"])
+    client, server = float(w["cpu_s"]), float(w["server_cpu_s"])
+    machine = float(w.get("machine_busy_s", math.nan))
+    client, server, machine, check = fit_cpu(client, server, machine, wall, n_cores)
+    return {"cpu_pct": 100.0 * client / wall, "cpu_wait_pct": 100.0 * w.get("cpu_wait_s", math.nan) / wall,
+            "cpu_us_per_req": stats.cpu_per_op_us(client, completed),
+            "server_cpu_pct": 100.0 * server / wall,
+            "server_cpu_us_per_req": stats.cpu_per_op_us(server, completed),
+            "machine_cpu_pct": 100.0 * machine / wall, "cpu_check": check}
+
+
+def _first(df: pd.DataFrame, col: str) -> float:
+    return float(df[col].iloc[0]) if len(df) else math.nan
+
+
+def ceiling_table(run: Run) -> pd.DataFrame:
+    """One row per pgbench variant and repeat: window throughput, latency, CPU, pgbench's own tps."""
+    windows = run.table("pg_ceiling", "windows")
+    if windows.empty:
+        return pd.DataFrame()
+    samples = run.table("pg_ceiling", "samples")
+    reported = run.table("pg_ceiling", "pgbench")
+    n_cores = cores(run)
+    rows = []
+    for _, w in windows.iterrows():
+        key = (samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+        ok = samples[key & samples["ok"]]
+        rep = reported[(reported["repeat"] == w["repeat"]) & (reported["variant"] == w["variant"])]
+        completed, rps_definition = window_completed(w)
+        rps = stats.throughput(completed, float(w["wall_s"]))
+        rows.append({
+            "repeat": w["repeat"], "variant": w["variant"], "mode": w["mode"], "regime": w["regime"],
+            "slow_ms": w["slow_ms"], "clients": w["clients"], "pool_equivalent": w["pool"],
+            "transactions": int(w["ops"]), "completed": completed, "rps": rps,
+            "rps_definition": rps_definition, **_latency_fields(ok, float(w["wall_s"])),
+            "tps_reported": _first(rep, "tps_reported"),
+            "latency_avg_ms_reported": _first(rep, "latency_avg_ms_reported"),
+            **window_cpu(w, completed, n_cores),
+        })
+    return pd.DataFrame(rows)
+
+
+def failures(run: Run) -> pd.DataFrame:
+    """Variants that failed, from both experiments (experiment, variant, error)."""
+    parts = []
+    for exp in ("pg_models", "pg_ceiling"):
+        f = run.table(exp, "failures", ok_only=False)
+        if not f.empty:
+            parts.append(f.assign(experiment=exp)[["experiment", "repeat", "variant", "error"]])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["experiment", "repeat", "variant", "error"])
+
+
+def completions(run: Run) -> pd.DataFrame:
+    """Per-client completed requests in the window: variant, model, regime, pool, task, completed."""
+    windows = run.table("pg_models", "windows")
+    samples = run.table("pg_models", "samples")
+    parts = []
+    for _, w in windows.iterrows():
+        ok = samples[(samples["repeat"] == w["repeat"]) & (samples["variant"] == w["variant"])
+                     & samples["ok"]]
+        counts = stats.completion_counts(ok["task"].to_numpy(), int(w["clients"]))
+        parts.append(pd.DataFrame({"repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
+                                   "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"],
+                                   "task": np.arange(len(counts)), "completed": counts}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Numeric columns averaged over repeats (stats.spread's mean); text columns from repeat 0."""
+    if table.empty or table["repeat"].nunique() == 1:
+        return table.drop(columns=["repeat"]) if not table.empty else table
+    numeric = [c for c in table.columns if c not in keys + ["repeat"]
+               and pd.api.types.is_numeric_dtype(table[c])]
+    rows = []
+    for _key, g in table.groupby(keys, sort=False):
+        first = g.iloc[0].to_dict()
+        first.update({c: stats.spread(g[c].to_numpy())["mean"] for c in numeric})
+        first["repeats"] = len(g)
+        rows.append(first)
+    return pd.DataFrame(rows).drop(columns=["repeat"])
+
+
+def config_label(regime: str, slow_ms: float, pool: int) -> str:
+    return f"{f'{slow_ms:g} ms queries' if regime == 'slow' else 'fast queries'}, pool {pool}"
+
+
+def seed_table(run: Run) -> pd.DataFrame:
+    """The seed's grid: one row per configuration x quantity, one column per model (mean over
+    repeats). Quantities: req/s, p50 ms, p99 ms, p99/p50, client CPU %, client waiting for a core %,
+    client CPU us/req, server CPU %, pool bound req/s, connection held / database time alone,
+    connections in use, Little's law ms, Jain index, limit."""
+    t = _mean_over_repeats(models_table(run), ["variant"])
+    if t.empty:
+        return pd.DataFrame()
+    quantities = [("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+                  ("p99_p50_ratio", "p99/p50"), ("cpu_pct", "client CPU %"),
+                  ("cpu_wait_pct", "client waiting for a core %"),
+                  ("cpu_us_per_req", "client CPU us/req"), ("server_cpu_pct", "server CPU %"),
+                  ("machine_cpu_pct", "machine CPU %"),
+                  ("pool_bound_rps", "pool bound req/s"),
+                  ("held_over_db_time", "connection held / database time alone"),
+                  ("pool_busy_frac", "connections in use (share of the window)"),
+                  ("littles_law_ms", "Little's law ms"),
+                  ("jain", "Jain index"), ("limit", "limit")]
+    out = []
+    for (regime, slow_ms, pool), g in t.groupby(["regime", "slow_ms", "pool"], sort=False):
+        by_model = g.set_index("model")
+        for col, unit in quantities:
+            row: dict[str, str | float] = {"configuration": config_label(regime, slow_ms, pool), "quantity": unit}
+            for m in MODELS:
+                if m in by_model.index:
+                    v = by_model.at[m, col]
+                    row[MODEL_LABELS[m]] = v if isinstance(v, str) else round(float(v), 3 if col in (
+                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac") else 1)
+            out.append(row)
+    return pd.DataFrame(out).set_index(["configuration", "quantity"])
+
+
+_UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher"),
+          "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"), "mean_ms": ("ms", "lower"),
+          "latency_avg_ms_reported": ("ms", "lower"), "p99_p50_ratio": ("ratio", "lower"),
+          "cpu_pct": ("% of a core", "lower"), "cpu_wait_pct": ("% of a core", ""),
+          "server_cpu_pct": ("% of a core", ""),
+          "machine_cpu_pct": ("% of a core", ""), "other_cpu_pct": ("% of a core", ""),
+          "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
+          "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
+          "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
+          "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
+          "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
+          "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
+          "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
+          "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
+          "tps": ("transactions/s", "higher")}
+MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
+                    "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
+                    "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
+                    "pool_busy_frac", "littles_law_ms", "littles_law_ratio",
+                    "ops_per_client_min", "ops_per_client_max", "jain", "errors")
+
+
+def _unit_better(metric: str) -> tuple[str, str]:
+    if metric in _UNITS:
+        return _UNITS[metric]
+    if "_ratio." in metric:
+        return "ratio", ""
+    return "", ""
+
+
+def metrics(run: Run) -> pd.DataFrame:
+    """Per-repeat figures in contract C1's long form (harness.experiments.analysis), from ok cells only.
+    Dotted names as in the module docstring: experiment `pg_models`, variant
+    `<regime>.pool<P>.<model>` (or `<regime>.pool<P>` for a figure of the configuration), metric
+    `<q>`; `bottleneck` is the seed's limiting resource of that variant in that repeat."""
+    rows = MetricRows()
+
+    def put(exp: str, variant: str, metric: str, repeat, value, bottleneck: str = "") -> None:
+        unit, better = _unit_better(metric)
+        rows.put(exp, variant, metric, unit, int(repeat), value, better, bottleneck)
+
+    t = models_table(run)
+    if not t.empty:
+        calib = run.table("pg_models", "calibration")
+        for _, r in t.iterrows():
+            v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
+            for q in MODEL_QUANTITIES:
+                put("pg_models", v, q, r["repeat"], r[q], r["limit"])
+        put_cpu_rejected(rows, "pg_models", t)
+        for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
+            base = f"{regime}.pool{int(pool)}"
+            by_model = g.set_index("model")
+            seed = by_model.loc[[m for m in SEED_MODELS if m in by_model.index], "rps"]
+            if len(seed):
+                put("pg_models", base, "rps_min", rep, seed.min())
+                put("pg_models", base, "rps_max", rep, seed.max())
+            aio = by_model.loc[[m for m in ASYNCIO_DEFAULT_LOOP if m in by_model.index], "rps"]
+            if len(aio):
+                put("pg_models", base, "asyncio_rps_min", rep, aio.min())
+                put("pg_models", base, "asyncio_rps_max", rep, aio.max())
+            c = calib[(calib["regime"] == regime) & (calib["pool"] == pool) & (calib["repeat"] == rep)]
+            if len(c):
+                db = _db_time_s(c)
+                put("pg_models", base, "pool_bound_rps", rep, pool / db)
+                put("pg_models", base, "per_connection_rps", rep, 1.0 / db)
+            for q in ("rps", "cpu_us_per_req", "p99_ms"):
+                for a, b in combinations([m for m in MODELS if m in by_model.index], 2):
+                    den = float(by_model.at[b, q])
+                    put("pg_models", base, f"{q}_ratio.{a}_over_{b}", rep,
+                        float(by_model.at[a, q]) / den if den else math.nan)
+    c = ceiling_table(run)
+    if not c.empty:
+        for _, r in c.iterrows():
+            v = f"{r['regime']}.c{int(r['clients'])}.{r['mode']}"
+            for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
+                      "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
+                put("pg_ceiling", v, q, r["repeat"], r[q])
+        put_cpu_rejected(rows, "pg_ceiling", c)
+        for (regime, rep), g in c.groupby(["regime", "repeat"]):
+            for clients, gc in g.groupby("clients"):
+                put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
+            top = g[g["clients"] == g["clients"].max()]
+            put("pg_ceiling", regime, "tps", rep, top["rps"].max())
+    return rows.frame()
+
+
+def named(run: Run) -> dict[str, float]:
+    """{dotted name: median over repeats} of metrics(run): for notebooks that print the figures."""
+    out = named_medians(metrics(run))
+    if out and "pg_models" in run.experiments:
+        out["pg_models.cores"] = float(cores(run))
+    return out
+
+
+def model_label(model: str) -> str:
+    return MODEL_LABELS.get(model, model)
+
+
+__all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
+           "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]

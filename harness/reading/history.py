@@ -1,0 +1,191 @@
+"""`harness history`: headline figures across the committed runs (data/reference, data/history), by
+commit and machine, flagging a change larger than the runs' own spread (as asv shows commits); with
+`lessons`, the findings table's lessons instead: each lesson's figure and verdict run by run
+(issue 23 point 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import findings
+from ..core import num, store, verdicts
+from ..core.errors import HarnessError
+from ..core.store import Run
+from ..experiments.analysis import metric_name
+from . import readout
+
+
+def intervals_apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether intervals `a` and `b` (low, high) do not overlap."""
+    return b[0] > a[1] or b[1] < a[0]
+
+
+def beyond_spread(a: dict[str, Any], b: dict[str, Any], key: str = "estimate") -> bool | None:
+    """Whether figure row `b` differs from row `a` by more than the runs' own spread: their 95%
+    intervals do not overlap AND the change exceeds the larger of the two CVs. None when either
+    side lacks an interval or a CV (nothing to judge by). `key` is `estimate` or `normalised`
+    (whose interval is the estimate's, scaled by normalised / estimate)."""
+    def interval(r: dict[str, Any]) -> tuple[float, float, float] | None:
+        est: Any = r.get("estimate")
+        lo: Any = r.get("ci_low")
+        hi: Any = r.get("ci_high")
+        if not (num.known(est) and num.known(lo) and num.known(hi)) or not est:
+            return None
+        v: Any = r.get(key)
+        if not num.known(v):
+            return None
+        scale = float(v) / float(est)
+        return float(v), float(lo) * scale, float(hi) * scale
+    ia, ib = interval(a), interval(b)
+    cva: Any = a.get("cv")
+    cvb: Any = b.get("cv")
+    if ia is None or ib is None or not (num.known(cva) and num.known(cvb)) or not ia[0]:
+        return None
+    return bool(intervals_apart(ia[1:], ib[1:]) and abs(ib[0] / ia[0] - 1) > max(float(cva), float(cvb)))
+
+
+def _run_record(run: Run, s: dict[str, Any], machines: dict[tuple, str]) -> dict[str, Any]:
+    m = run.manifest
+    mach = readout.machine_of(m)
+    key = (mach.get("boot_id"), mach.get("cpu_model"), mach.get("cpu_flags_sha256"))
+    label = machines.setdefault(key, f"M{len(machines) + 1}")
+    return {"run": run, "summary": s, "machine": label, "machine_key": key,
+            "commit": (readout.commit(m) or "—")[:7], "where": store.location_of(run.path),
+            "started": m.get("started_at") or run.id}
+
+
+def history_runs(data_dir: Any = None, include_new: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """The committed runs (data/reference, data/history; with `include_new` also the complete runs of
+    data/runs), oldest first, each with its summary; and one line per run left out, saying why."""
+    places = store.COMMITTED + (("runs",) if include_new else ())
+    seen: set[str] = set()
+    records, skipped = [], []
+    machines: dict[tuple, str] = {}
+    for r in sorted(store.list_runs(data_dir, where=places), key=lambda r: r["run_id"] or ""):
+        if r["run_id"] in seen or r["status"] != "complete":
+            continue
+        try:
+            run = Run(Path(r["path"]))
+            s = store.load_summary(run)
+        except HarnessError as e:
+            skipped.append(f"{r['run_id']} ({r['where']}): left out: {e}")
+            continue
+        seen.add(r["run_id"])
+        records.append(_run_record(run, s, machines))
+    records.sort(key=lambda x: x["started"])
+    return records, skipped
+
+
+def lessons_history_text(records: list[dict[str, Any]]) -> str:
+    """The README's findings across runs: per lesson, each run's figure for the lesson's first
+    ledger row (a within-run ratio or bound, so runs of different machines compare without
+    normalising) and its verdict. Against the previous run that measured it (`verdicts.move`, as
+    `harness compare` classifies a move): `MOVED` marks a verdict of another class (holds / fails /
+    open), `OPPOSED` one that went from holds to fails or back,
+    `apart` intervals that do not overlap. A version-1 summary's verdict had no multiple-comparison
+    correction: marked `v1`."""
+    lines = ["lessons across runs: the figure of each lesson's first ledger row, and its verdict "
+             "(as the README's findings table; v1: a summary before Holm's correction)"]
+    per_run = [{r["lesson"]: r for r in findings.lesson_rows(rec["summary"])} for rec in records]
+    n_moved = 0
+    for lesson in findings.LESSONS:
+        lines.append(f"{lesson.id} ({lesson.claims[0]}): {readout.clip(lesson.words, 90)}")
+        prev: dict[str, Any] | None = None
+        for i, (rec, rows) in enumerate(zip(records, per_run), 1):
+            r = rows[lesson.id]
+            if r["verdict"] == verdicts.NOT_MEASURED:
+                continue
+            marks = []
+            if prev is not None:
+                moved = verdicts.move(prev["verdict"], r["verdict"])
+                if moved in (verdicts.MOVED, verdicts.OPPOSED):
+                    marks.append(moved.upper())
+                ends = (prev["ci_low"], prev["ci_high"], r["ci_low"], r["ci_high"])
+                if None not in ends and intervals_apart(ends[:2], ends[2:]):
+                    marks.append("apart")
+            n_moved += bool({"MOVED", "OPPOSED"} & set(marks))
+            v1 = " v1" if rec["summary"].get("upgraded_from") == 1 else ""
+            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {readout.clip(r['figure'], 44):44} "
+                         f"{r['verdict'] + v1:22} {' '.join(marks)}".rstrip())
+            prev = r
+        if prev is None:
+            lines.append("  not measured in any run")
+    lines.append(f"{len(findings.LESSONS)} lessons over {len(records)} runs; {n_moved} verdict move(s) "
+                 "from one run to the next")
+    return "\n".join(lines)
+
+
+def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
+                 changed_only: bool = False, lessons: bool = False) -> str:
+    """Headline figures across runs, by commit and machine, absolute and normalised with their
+    intervals, as asv shows a benchmark across commits; a change larger than the runs' own spread
+    (`beyond_spread`) against the previous run with the figure is flagged `CHANGED`, on the
+    absolute figure between runs of one machine (same boot) and on the normalised one across
+    machines (absolute figures of two machines differ by the machines' speed)."""
+    records, skipped = history_runs(data_dir, include_new)
+    if not records:
+        places = ", ".join(str(store.location_dir(w, data_dir)) for w in store.COMMITTED)
+        raise HarnessError(f"no committed run with a summary in {places}"
+                           + ("" if include_new else " (--all adds the runs of data/runs)")
+                           + (f"; {len(skipped)} left out: {skipped[0]}" if skipped else ""))
+    lines = ["runs (oldest first):"]
+    for i, rec in enumerate(records, 1):
+        run = rec["run"]
+        mach = readout.machine_of(run.manifest)
+        lines.append(f"  #{i} {run.id} [{rec['where']}] commit {rec['commit']} machine {rec['machine']} "
+                     f"({mach.get('cpu_model') or '?'}, boot {readout.short(mach.get('boot_id'))}); ceilings: "
+                     + readout.ceiling_text(readout.ceilings(rec["summary"], run.manifest)))
+    lines += [f"  {x}" for x in skipped]
+    if lessons:
+        return "\n".join(lines + [lessons_history_text(records)])
+    lines.append("figures: estimate [95% interval], CV/n, normalised [interval]; CHANGED: intervals apart and "
+                 "the change beyond the larger CV (absolute within one machine, normalised across machines)")
+    figures: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for i, rec in enumerate(records, 1):
+        h = readout.headline(rec["summary"])
+        for r in h.to_dict("records") if len(h) else []:
+            figures.setdefault((r["experiment"], r["variant"], r["metric"]), []).append((i, r))
+    n_changed, n_shown = 0, 0
+    for key in sorted(figures):
+        name = metric_name(*key)
+        if figure and figure not in name:
+            continue
+        block, flagged = [], False
+        prev: tuple[int, dict[str, Any]] | None = None
+        for i, r in figures[key]:
+            rec = records[i - 1]
+            change = ""
+            if prev is not None:
+                j, p = prev
+                same = records[j - 1]["machine_key"][0] and records[j - 1]["machine_key"] == rec["machine_key"]
+                judged = "estimate" if same or not num.known(r.get("normalised")) else "normalised"
+                a, b = p.get(judged), r.get(judged)
+                if num.known(a) and num.known(b) and a:
+                    change = f"{100 * (b / a - 1):+.1f}% {'abs' if judged == 'estimate' else 'norm'} vs #{j}"
+                    if beyond_spread(p, r, judged):
+                        change += " CHANGED"
+                        flagged = True
+                va = ((records[j - 1]["run"].manifest.get("experiments") or {}).get(key[0]) or {}).get("version")
+                vb = ((rec["run"].manifest.get("experiments") or {}).get(key[0]) or {}).get("version")
+                if va and vb and va != vb:
+                    change += f" (experiment version {va} -> {vb})"
+            norm = r.get("normalised")
+            ntext = "—"
+            if num.known(norm) and num.known(r.get("estimate")) and r.get("estimate"):
+                k = norm / r["estimate"]
+                ntext = readout.fig(norm, r.get("ci_low") and r["ci_low"] * k, r.get("ci_high") and r["ci_high"] * k)
+            block.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} "
+                         f"{readout.fig(r.get('estimate'), r.get('ci_low'), r.get('ci_high')):28} "
+                         f"{readout.cvn(r.get('cv'), r.get('n_repeats'), r.get('unstable')):18} "
+                         f"norm {ntext:30} {change}".rstrip())
+            prev = (i, r)
+        n_changed += flagged
+        if changed_only and not flagged:
+            continue
+        n_shown += 1
+        first = figures[key][0][1]
+        lines.append(f"{name} ({first.get('unit')}, {first.get('better') or '?'} is better)")
+        lines += block
+    lines.append(f"{n_shown} figure(s) shown; {n_changed} with a change beyond the runs' spread")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""What `harness compare`, `show` and `history` share: a stored run's summary and headline figures,
+the facts its manifest records (machine, ceilings, interpreter, packages, placement, commit), and
+how a figure is printed beside its interval and spread.
+
+Everything here works from a run's manifest.json and summary.json alone (a run under data/history
+keeps nothing else); summaries are read only through `store.load_summary` (every older format
+upgraded to the current one by `store.upgrade_summary`). A run that has raw data but no summary
+(runs made before summaries existed) has one computed, and upgraded the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from .. import registry
+from ..core import calibration, num, stats, store
+from ..core.store import Manifest, Run
+from ..summary import THROUGHPUT_UNITS
+
+
+def summary_of(run: Run) -> dict[str, Any]:
+    """The run's summary in the current format: its summary.json through `store.load_summary`; for a
+    run with raw data and no summary.json, computed now. A one-line HarnessError otherwise."""
+    if store.summary_path(run).exists() or not run.has_raw_data():
+        return store.load_summary(run)
+    from .. import summary
+
+    return store.upgrade_summary(summary.build(run), f"{run.path} (computed from its raw data)")
+
+
+def headline(summary: dict[str, Any]) -> pd.DataFrame:
+    """The figures experiments declare as headlines (throughputs also normalised); every
+    throughput when the summary predates the headline flag. `estimate` is the figure's point estimate
+    (the one its interval belongs to; the median for a version-1 summary)."""
+    m = pd.DataFrame(summary.get("metrics", []))
+    if m.empty:
+        return m
+    if "estimate" not in m.columns:
+        m["estimate"] = m["median"] if "median" in m.columns else math.nan
+    m["estimate"] = m["estimate"].where(m["estimate"].notna(), m.get("median"))
+    if "headline" in m.columns and m["headline"].fillna(False).astype(bool).any():
+        return m[m["headline"].fillna(False).astype(bool)]
+    return m[m["unit"].isin(THROUGHPUT_UNITS)]
+
+
+def fig(median, lo, hi, digits=4) -> str:
+    """`estimate [low, high]` to `digits` significant figures; `(no interval)` without both ends."""
+    if not num.known(median):
+        return "—"
+    if not (num.known(lo) and num.known(hi)):
+        return f"{median:.{digits}g} (no interval)"
+    return f"{median:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
+def cvn(cv, n, unstable) -> str:
+    """`CV%/n` over the repeats, marked UNSTABLE when the summary says so."""
+    if not num.known(n):
+        return "—"
+    text = f"{100 * cv:.1f}%/{int(n)}" if num.known(cv) else f"—/{int(n)}"
+    return text + (" UNSTABLE" if unstable is True else "")
+
+
+CEILING_UNITS = {"pgbench": "tps", "python_cpu": "M loops/s"}
+
+
+def machine_of(manifest: Manifest) -> dict[str, Any]:
+    return dict((manifest.get("environment") or {}).get("machine") or {})
+
+
+def ceilings(summary: dict[str, Any] | None, manifest: Manifest) -> dict[str, dict[str, Any]]:
+    """The run's in-run ceilings (calibration before and after): which -> {value, cv, n}, value as
+    `calibration.ceiling_for` gives it (pgbench in tps, python_cpu in millions of loops/s)."""
+    cal = (summary or {}).get("calibration") or manifest.get("calibration") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for which in calibration.CEILINGS:
+        value, _ = calibration.ceiling_for(which, cal)
+        if value:
+            values = [v for when in ("before", "after") for v in
+                      (((cal.get(when) or {}).get(which) or {}).get("values") or []) if v and v > 0]
+            s = stats.summarise(values)
+            out[which] = {"value": value, "cv": s["cv"] if num.known(s["cv"]) else None, "n": len(values)}
+    return out
+
+
+def ceiling_text(c: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for which, v in c.items():
+        spread = f", cv {100 * v['cv']:.1f}% over {v['n']}" if v.get("cv") is not None else f", n={v['n']}"
+        parts.append(f"{which} {num.sig3(v['value'])} {CEILING_UNITS.get(which, '')}{spread}")
+    return "; ".join(parts) or "none recorded"
+
+
+def short(v: Any, n: int = 8) -> str:
+    return str(v)[:n] if v else "—"
+
+
+def clip(text: Any, n: int = 70) -> str:
+    t = " ".join(str(text or "").split())
+    return t if len(t) <= n else t[:n - 1] + "…"
+
+
+def drivers() -> dict[str, tuple[str, ...]]:
+    """The packages whose versions are the drivers and frameworks under test -> the experiments
+    whose figures they shape, as each experiment declares them (`Experiment.drivers`)."""
+    return registry.drivers()
+
+
+def interpreter(m: Manifest) -> str | None:
+    """`cpython 3.12.1 (gil)`: the client side's interpreter (for a run before interpreters were
+    recorded, `store.upgrade_manifest` gives it from the study's own Python, without a build)."""
+    rec = (m.get("interpreter") or {}).get("interpreter") or {}
+    if not rec.get("version"):
+        return None
+    build = rec.get("build") or ("free-threaded" if rec.get("gil_disabled") else "")
+    return f"{rec.get('implementation', 'python')} {rec['version']}" + (f" ({build})" if build else "")
+
+
+def packages(m: Manifest) -> dict[str, Any]:
+    """Package versions the run's workers ran (the interpreter's venv), over the study's own."""
+    study = (m.get("environment") or {}).get("packages") or {}
+    return {**study, **((m.get("interpreter") or {}).get("packages") or {})}
+
+
+def placement(m: Manifest) -> str | None:
+    p = m.get("placement")
+    if not p:
+        return None
+    cpus = (f" (servers {p['server_cpus']}, client {p.get('client_cpus')})"
+            if p.get("placement") != "shared" and p.get("server_cpus") else "")
+    return f"{p.get('placement')}{cpus}"
+
+
+def commit(m: Manifest) -> str | None:
+    g = (m.get("environment") or {}).get("git") or {}
+    if not g.get("sha"):
+        return None
+    return str(g["sha"])[:10] + (" (dirty)" if g.get("dirty") else "")
