@@ -2,7 +2,8 @@
 run's repeats.
 
 Margins, premises and the band rule (`ledger.band`: the seed's number within a factor of 2 either
-way on a log scale, cut at the reference; a row with no seed number is `direction only` at best)
+way on a log scale, never nearer the null than halfway for an effect row, cut at the threshold for a
+threshold row; a row with no seed number is `direction, no seed figure` at best)
 were written into the ledger before the reference run, and are not moved after it.
 
 Which repeats count. `n_ran` is the number of repeats in which any figure a row reads was measured;
@@ -35,8 +36,9 @@ Verdicts, decided in this order:
                        opposite to the seed's; for equivalence rows: wholly outside the margin)
     reproduced         the seed's side is significant and, with a seed number, the interval
                        overlaps the band (count-judged rows: the median lies in the band)
-    direction only     the seed's side is significant, but the interval lies wholly outside the
-                       band, or the row has no seed number
+    size not reproduced  the seed's side is significant, but the interval lies wholly outside the
+                       band: the direction holds, the size departs from the seed's
+    direction, no seed figure  the seed's side is significant and the row has no seed number
     inconclusive       neither side significant (the smallest effect the run could have detected is
                        shown); fewer than 2 repeats; an interval of zero width (every repeat equal:
                        no verdict rests on it); an equivalence row with a zero
@@ -96,6 +98,7 @@ from .core.verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the n
 from .core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
     CONTEXT,
     DECISIVE,
+    DIRECTION_NO_FIGURE,
     DIRECTION_ONLY,
     EQUIVALENT,
     INCONCLUSIVE,
@@ -107,6 +110,7 @@ from .core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are
     REPRODUCED,
     SETUP_DIFFERS,
     SETUP_SAME,
+    SIZE_NOT_REPRODUCED,
     STATUSES,
     VERDICTS,
 )
@@ -296,9 +300,13 @@ def _decide(row: Mapping[str, Any], out: dict[str, Any], p_seed: float, p_opp: f
     elif p_seed < ALPHA:
         lo_b, hi_b = num.finite(row.get("band_low")), num.finite(row.get("band_high"))
         if lo_b is None or hi_b is None:
-            out.update(verdict=DIRECTION_ONLY, reason=_join(out["reason"], "no seed number: direction only at best"))
+            out.update(verdict=DIRECTION_NO_FIGURE,
+                       reason=_join(out["reason"], "no seed number: the direction is all there is to judge"))
         elif where[1] < lo_b or where[0] > hi_b:
-            out["verdict"] = DIRECTION_ONLY
+            out.update(verdict=SIZE_NOT_REPRODUCED,
+                       reason=_join(out["reason"], f"the direction holds; the size lies "
+                                                   f"{'below' if where[1] < lo_b else 'above'} the seed's band "
+                                                   f"[{num.sig3(lo_b)}, {num.sig3(hi_b)}]"))
         else:
             out["verdict"] = REPRODUCED
     return out

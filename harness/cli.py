@@ -303,8 +303,10 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
 @click.option("--changed", is_flag=True, help="Only figures with a change beyond the runs' own spread.")
 @click.option("--all", "include_new", is_flag=True, help="Add the complete runs of data/runs.")
 @click.option("--lessons", is_flag=True, help="The findings table's lessons instead: figure and verdict per run.")
+@click.option("--pool-by", type=click.Choice(["version", "rules"]), default="version", show_default=True,
+              help="With --lessons: pool runs of the same experiment versions and rules, or of the same rules only.")
 @_data_dir
-def history_cmd(figure, changed, include_new, lessons, data_dir) -> None:
+def history_cmd(figure, changed, include_new, lessons, pool_by, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
     machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
     --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
@@ -313,7 +315,20 @@ def history_cmd(figure, changed, include_new, lessons, data_dir) -> None:
     if lessons and (figure or changed):
         raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
     click.echo(history.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
-                                    lessons=lessons))
+                                    lessons=lessons, pool_by=pool_by))
+
+
+@cli.command("power")
+@click.option("--write", "write_doc", is_flag=True, help="Also write the table to docs/POWER.md.")
+def power_cmd(write_doc) -> None:
+    """The repeats each lesson's primary row needs to be decided (the rule in harness/core/power.py),
+    from the committed full runs' spread, beside the repeats the full profile plans."""
+    from .reading import power
+
+    table = power.power_table()
+    click.echo(power.power_text(table))
+    if write_doc:
+        click.echo(f"written: {power.write_doc(table)}")
 
 
 @cli.command("summarise")

@@ -225,25 +225,41 @@ def _section_header(nb_name: str, index: int, failure: Failure | None, executed:
         f"{status}")
 
 
-def _preface(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures: Path,
-             formats: str, keep_code: bool, report_dir: Path) -> nbformat.NotebookNode:
+def _preface(run: Run, executed: list[tuple[Path, Path, Failure | None]]) -> nbformat.NotebookNode:
+    """The report's first screen: its title, the run and its servers, and a failed notebook named
+    (the lessons table, the Findings section, follows at once; the plumbing is at the end)."""
+    m = run.manifest
+    servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
+    failed = [nb.name for nb, _out, failure in executed if failure]
+    warning = (f'<p style="color:#b00020"><b>{len(failed)} notebook(s) failed</b>: '
+               f'{html.escape(", ".join(failed))} (<a href="#about-this-report">details</a>).</p>\n\n'
+               if failed else "")
+    text = (
+        "# A reproducible performance study of async database access in Python\n\n"
+        f"<p>Report of run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}"
+        f"</b>, status {html.escape(str(m.get('status')))}). Servers: {servers or 'none recorded'}. "
+        'The notebooks, their parameters and how this page was built: <a href="#about-this-report">at the '
+        "end</a>.</p>\n\n" + warning)
+    return nbformat.v4.new_markdown_cell(text)
+
+
+def _appendix(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures: Path,
+              formats: str, keep_code: bool) -> nbformat.NotebookNode:
+    """The plumbing, at the end: the notebooks run (with their status) and their parameters."""
     rows = []
     for i, (nb, _out, failure) in enumerate(executed):
         state = (f'<span style="color:#b00020">failed: {html.escape(str(failure))}</span>'
                  if failure else '<span style="color:#1b7f3b">ran</span>')
         rows.append(f'<li><a href="#nb-{i}"><code>{html.escape(nb.name)}</code></a> &mdash; {state}</li>')
-    m = run.manifest
-    servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
     text = (
-        "# A reproducible performance study of async database access in Python\n\n"
-        f"<p>Report of run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}"
-        f"</b>, status {html.escape(str(m.get('status')))}), built "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Servers: {servers or 'none recorded'}.</p>\n\n"
-        f"<p>Notebook parameters: <code>run_dir={html.escape(str(run.path.resolve()))}</code>, "
+        '<a id="about-this-report"></a>\n\n# About this report\n\n'
+        f"<p>Built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from run "
+        f"<code>{html.escape(run.id)}</code>. Notebook parameters: "
+        f"<code>run_dir={html.escape(str(run.path.resolve()))}</code>, "
         f"<code>figures_dir={html.escape(str(figures))}</code>, "
         f"<code>figure_formats={html.escape(formats)}</code>. Code cells are "
         f"{'shown' if keep_code else 'hidden (<code>python -m harness report --keep-code</code> shows them)'}."
-        "</p>\n\n<ol start=\"0\">\n" + "\n".join(rows) + "\n</ol>")
+        "</p>\n\n<ol start=\"0\" id=\"notebooks-run\">\n" + "\n".join(rows) + "\n</ol>")
     return nbformat.v4.new_markdown_cell(text)
 
 
@@ -254,7 +270,7 @@ def combine(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures
     combined.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3",
                                        "language": "python"}
     combined.metadata["language_info"] = {"name": "python"}
-    cells = [_preface(run, executed, figures, formats, keep_code, report_dir)]
+    cells = [_preface(run, executed)]
     for i, (nb_path, out, failure) in enumerate(executed):
         cells.append(_section_header(nb_path.name, i, failure, out, report_dir))
         if not out.exists():
@@ -262,6 +278,7 @@ def combine(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures
         nb = nbformat.read(out, as_version=4)
         for cell in nb.cells:
             cells.append(copy.deepcopy(cell))
+    cells.append(_appendix(run, executed, figures, formats, keep_code))
     for j, cell in enumerate(cells):  # ids must be unique across the merged notebooks
         cell["id"] = f"c{j}"
     combined.cells = cells

@@ -52,6 +52,25 @@ def test_one_threshold_per_seed_statement(ledger):
     assert len(cpu) == 3 and cpu["reference"].nunique() == 1
 
 
+def test_a_seed_near_no_difference_must_be_an_equivalence_row(tmp_path):
+    """Issue 35: a ratio row whose seed number lies within 15% of 1 cannot be told from no
+    difference by a band: the ledger refuses it as a ratio row, naming it."""
+    import csv
+
+    with open(ledger_module.LEDGER_PATH, newline="") as f:
+        rows = list(csv.DictReader(f))
+    row = next(r for r in rows if r["comparison"] == "ratio" and r["reference"] in ("", "1")
+               and r["direction"] == ">" and r["seed_value"])
+    row["seed_value"] = "1.1"
+    path = tmp_path / "ledger.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(claims.ExpressionError, match=f"{row['claim_id']}.*equivalence claim"):
+        claims.load(path)
+
+
 def test_load_rejects_a_bad_row(tmp_path):
     bad = LEDGER.copy().astype(object)
     i = bad.index[bad["comparison"] == "ratio"][0]
@@ -173,12 +192,15 @@ def _cases(row: pd.Series) -> list[tuple[float, np.ndarray, str]]:
     up = row["direction"] == ">"
     has_band = not math.isnan(row["band_low"])
     inside = math.sqrt(row["band_low"] * row["band_high"]) if has_band else (ref * 3 if up else ref / 3)
-    # a row with no seed number has no band: direction only at best
-    cases = [(inside, SMALL, claims.REPRODUCED if has_band else claims.DIRECTION_ONLY),
+    # a row with no seed number has no band: the direction at best
+    cases = [(inside, SMALL, claims.REPRODUCED if has_band else claims.DIRECTION_NO_FIGURE),
              (ref / 3 if up else ref * 3, SMALL, claims.NOT_REPRODUCED), (ref, LARGE, claims.INCONCLUSIVE)]
     if has_band:
         beyond = row["band_high"] * 3 if up else row["band_low"] / 3
-        cases.append((beyond, SMALL, claims.DIRECTION_ONLY))
+        cases.append((beyond, SMALL, claims.SIZE_NOT_REPRODUCED))
+        if ref == 1.0:   # an effect row: significant, in the seed's direction, but short of the band
+            short = math.sqrt(ref * row["band_low"]) if up else math.sqrt(ref * row["band_high"])
+            cases.append((short, SMALL, claims.SIZE_NOT_REPRODUCED))
     return cases
 
 
@@ -252,7 +274,7 @@ def test_a_bounded_share_is_judged_on_the_count_of_repeats(tmp_path):
     assert "3 of 3" in r["reason"] and "sign test" in r["method"]
     assert math.isnan(r["ci_low"]) and math.isnan(r["ci_high"])   # no interval on a capped figure: the count decides
     ten = _evaluate(tmp_path, row, 1.0, np.zeros(10))   # 10 of 10 at the cap: p = 1/1024, yet no seed number
-    assert ten["p_value"] == pytest.approx(1 / 1024) and ten["verdict"] == claims.DIRECTION_ONLY
+    assert ten["p_value"] == pytest.approx(1 / 1024) and ten["verdict"] == claims.DIRECTION_NO_FIGURE
     assert stats.sign_test([1.0, 1.0, 1.0], 0.9)["p_greater"] == pytest.approx(0.125)
 
 
@@ -342,7 +364,13 @@ def test_every_band_comes_from_the_one_rule():
             assert (row.band_low, row.band_high) == (low, high), row.claim_id
     assert ledger_module.band(101.6, 1.0, ">") == pytest.approx((50.8, 203.2))
     assert ledger_module.band(8.6, 10.0, "<") == pytest.approx((4.3, 10.0))
-    assert ledger_module.band(195, 100, ">") == pytest.approx((100.0, 390.0))
+    assert ledger_module.band(195, 100, ">") == pytest.approx((100.0, 390.0))   # a threshold row: its side
+    # an effect row (issue 35): within a factor of 2, never nearer the null than halfway to it
+    assert ledger_module.band(1.492, 1.0, ">") == pytest.approx((1.492 / 1.492 ** 0.5, 1.492 * 1.492 ** 0.5))
+    assert ledger_module.band(0.6, 1.0, "<") == pytest.approx((0.6 * 0.6 ** 0.5, 0.6 / 0.6 ** 0.5))
+    for row in ratio[ratio["reference"] == 1.0].itertuples():   # no effect row's band reaches the null
+        if not math.isnan(row.seed_value):
+            assert not row.band_low <= 1.0 <= row.band_high, row.claim_id
     with pytest.raises(claims.ExpressionError):
         ledger_module.band(0.5, 1.0, ">")   # the seed's own number on the wrong side of its reference
     by = LEDGER.set_index("claim_id")

@@ -106,7 +106,8 @@ def test_each_lessons_seed_figure_agrees_with_the_ledgers_seed_value():
 
 
 @pytest.mark.parametrize("verdict, cls", [("reproduced", "holds"), ("equivalent", "holds"),
-                                          ("direction only", "holds"), ("not reproduced", "fails"),
+                                          ("direction only", "holds"), ("size not reproduced", "holds"),
+                                          ("direction, no seed figure", "holds"), ("not reproduced", "fails"),
                                           ("inconclusive", "open"), ("premise not met", "open"),
                                           ("not comparable", "open"), ("not measured in this run", "open")])
 def test_verdict_classes(verdict, cls):
@@ -137,7 +138,7 @@ def test_a_row_takes_its_figure_verdict_and_sentence_from_its_first_claim():
 
 
 def test_a_premise_not_met_shows_what_was_measured_instead():
-    claim = _claim("002-slow20-03", "premise not met", None, None, None, n_used=0, server="PostgreSQL 15.18")
+    claim = _claim("002-bound20-03", "premise not met", None, None, None, n_used=0, server="PostgreSQL 15.18")
     claim.update(bottleneck_measured="client CPU + pool 10/10", ci_level=None)
     row = {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(_summary([claim])))}["002-cpu"]
     assert row["verdict"] == "premise not met"

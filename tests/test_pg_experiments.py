@@ -14,6 +14,7 @@ from harness import registry
 from harness.core import stats
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.postgres import analysis as postgres
+from harness.experiments.postgres.models import pool_bound_regime
 from harness.experiments.postgres.workload import MODELS, regime_name
 
 pytestmark = pytest.mark.timeout(240)
@@ -64,6 +65,16 @@ def test_pg_models_shape_and_sanity(models_run):
     assert result["status"] == "ok", result.get("error")
     assert "failures" not in tables
     w, s, c = tables["windows"], tables["samples"], tables["calibration"]
+    bound = tables["bound_regime"]
+    # the calibrated regime chose its database time from the pilot, and its cells ran at it
+    assert len(bound) == len(p.bound_pools) and bound["reachable"].all(), bound.to_dict("records")
+    assert (bound["client_us"] > 0).all() and (bound["db_ms"] >= max(p.slow_ms)).all()
+    bound_cells = w[w["regime"] == "bound"]
+    assert len(bound_cells) == len(p.bound_models) * len(p.bound_pools)
+    assert set(bound_cells["slow_ms"]) == set(bound["db_ms"]) and set(bound_cells["model"]) == set(p.bound_models)
+    assert (bound_cells["duration_s"] >= bound["window_s"].max() - 1e-9).all()
+    w = w[w["regime"] != "bound"]
+    s = s[s["variant"].isin(w["variant"])]
     expected = len(p.models) * len(p.slow_ms) * len(p.pools)
     assert len(w) == expected and w["variant"].is_unique
     assert set(w["model"]) == set(p.models)
@@ -94,8 +105,8 @@ def test_pg_models_shape_and_sanity(models_run):
         assert row["regime"] == regime_name(row["slow_ms"])
         assert (c["variant"] == row["variant"]).sum() == p.calibration_requests
     assert (c["latency_s"] > 0).all()
-    # artifacts: one child log per variant
-    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected
+    # artifacts: one child log per variant, the bound cells' and their pilot's included
+    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected + len(bound_cells) + len(bound)
 
 
 def test_pg_models_analysis(models_run, tmp_path):
@@ -128,6 +139,8 @@ def test_pg_models_analysis(models_run, tmp_path):
                           "littles_law_ms", "held_ms", "held_over_db_time", "pool_busy_frac"):
                     assert f"{base}.{q}" in m
     assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
+    assert f"pg_models.bound.pool{p.bound_pools[0]}.rps_min" in m
+    assert m[f"pg_models.bound.pool{p.bound_pools[0]}.chosen_db_ms"] >= max(p.slow_ms)
     assert f"pg_models.fast.pool{p.pools[0]}.cpu_us_per_req_ratio.threads_psycopg_over_uvloop_asyncpg" in m
     table = postgres.seed_table(run)
     assert not table.empty and "threads + psycopg" in table.columns
@@ -172,6 +185,63 @@ def test_failed_variant_is_recorded_and_others_go_on(stack, tmp_path_factory):
     f = tables["failures"]
     assert list(f["pool"]) == [600] and f["error"].str.len().gt(0).all()
     assert set(tables["windows"]["pool"]) == {4}
+
+
+def test_the_calibration_picks_a_longer_database_time_on_a_slower_client():
+    """The pool-bound regime's database time (issue 35): the bound may need at most half a core of
+    client CPU and half the machine; a client twice as costly per request needs a database time
+    about twice as long; never below the seed's 10 ms."""
+    fast = pool_bound_regime(500.0, 400.0, cores=2, pool=20, clients=200)
+    slow = pool_bound_regime(1000.0, 400.0, cores=2, pool=20, clients=200)
+    assert fast["reachable"] and slow["reachable"]
+    assert slow["db_ms"] > fast["db_ms"] and slow["db_ms"] == pytest.approx(2 * fast["db_ms"], rel=0.15)
+    for r in (fast, slow):
+        assert r["client_cores_needed"] <= 0.5 + 1e-9 and r["machine_cores_needed"] <= 1.0 + 1e-9
+        assert r["bound_rps"] == pytest.approx(20 * 1000 / r["db_ms"])
+        assert r["window_s"] == pytest.approx(20 * 200 / r["bound_rps"])   # 20 requests per client
+        assert r["db_ms"] % 5 == 0
+    # a costly server makes the machine, not the client, the binding condition
+    busy_server = pool_bound_regime(500.0, 2000.0, cores=2, pool=20, clients=200)
+    assert busy_server["limited_by"] == "machine CPU" and busy_server["db_ms"] > fast["db_ms"]
+    # a server elsewhere (its CPU unknown): the client's condition alone
+    remote = pool_bound_regime(500.0, math.nan, cores=2, pool=20, clients=200)
+    assert remote["reachable"] and remote["limited_by"] == "client CPU"
+    # a client fast enough for the seed's regime gets the seed's 10 ms
+    assert pool_bound_regime(50.0, 40.0, cores=8, pool=20, clients=200)["db_ms"] == 10.0
+
+
+def test_a_pool_bound_regime_out_of_reach_says_why_before_measuring():
+    too_few = pool_bound_regime(500.0, 400.0, cores=2, pool=20, clients=20)
+    assert not too_few["reachable"] and "do not outnumber" in too_few["reason"]
+    no_pilot = pool_bound_regime(math.nan, 400.0, cores=2, pool=20, clients=200)
+    assert not no_pilot["reachable"] and "no client CPU" in no_pilot["reason"]
+    long = pool_bound_regime(5000.0, 400.0, cores=2, pool=20, clients=200, max_window_s=10.0)
+    assert not long["reachable"] and "bound_max_window_s" in long["reason"] and long["db_ms"] > 100
+
+
+def test_later_repeats_keep_the_first_repeat_s_database_time(tmp_path):
+    """One regime per run: a repeat after the first reads the first repeat's choice from its table
+    instead of running a pilot of its own; the first repeat (and one after a pilot that failed) chooses."""
+    import types
+
+    import pandas as pd
+
+    from harness.experiments.postgres.models import _earlier_choice
+
+    def ctx(repeat):
+        out = tmp_path / "pg_models" / f"r{repeat}"
+        (out / "artifacts").mkdir(parents=True, exist_ok=True)
+        return types.SimpleNamespace(repeat=repeat, artifacts=out / "artifacts")
+
+    assert _earlier_choice(ctx(0), 20) is None
+    pd.DataFrame([{"pool": 20, "pilot_ok": False, "db_ms": float("nan"), "reachable": False}]).to_parquet(
+        tmp_path / "pg_models" / "r0" / "bound_regime.parquet")
+    assert _earlier_choice(ctx(1), 20) is None          # r0's pilot failed: r1 chooses for itself
+    pd.DataFrame([{"pool": 20, "pilot_ok": True, "db_ms": 65.0, "reachable": True, "chosen_in_repeat": 1}]).to_parquet(
+        tmp_path / "pg_models" / "r1" / "bound_regime.parquet")
+    got = _earlier_choice(ctx(2), 20)
+    assert got["db_ms"] == 65.0 and got["chosen_in_repeat"] == 1 and got["reachable"] is True
+    assert _earlier_choice(ctx(2), 50) is None          # another pool chooses its own
 
 
 def test_limiting_resource_rule():
@@ -223,10 +293,13 @@ def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():
 @pytest.mark.parametrize("model,cpu,wait,expected", [
     ("uvloop_asyncpg", 65.0, 35.0, "client CPU"),     # the loop never idle: it shared its core
     ("uvloop_asyncpg", 65.0, 20.0, "not identified"),
-    ("threads_psycopg", 106.0, 767.0, "client CPU"),  # 200 threads wanting far more than 2 cores
+    ("threads_psycopg", 106.0, 767.0, "not identified"),   # summed over 200 threads, while 50% of the cores idled
     ("threads_psycopg", 106.0, 60.0, "not identified"),
+    ("threads_psycopg", 140.0, 767.0, "client CPU"),       # running 140%, and the idle 50% counted as wanted
 ])
 def test_limiting_resource_counts_waiting_for_a_core_as_client_demand(model, cpu, wait, expected):
+    """A loop thread's wait counts whole (it cannot exceed its window); the threads model's, summed
+    over its threads, only up to the cores the machine left idle (issue 32)."""
     limit, reason = postgres.limiting_resource(model, 50, 100, cpu, 50, 150, 2, wait)
     assert limit == expected
     assert postgres.limiting_resource(model, 50, 100, cpu, 50, 150, 2)[0] == "not identified"

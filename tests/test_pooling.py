@@ -194,11 +194,13 @@ def test_a_zero_width_interval_is_not_poolable():
 # -- a verdict across runs -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ci, verdict", [
-    ((60.0, 90.0), "reproduced"), ((7.0, 16.0), "direction only"), ((0.8, 16.0), "inconclusive"),
+    ((60.0, 90.0), "reproduced"), ((7.0, 16.0), "size not reproduced"), ((0.8, 16.0), "inconclusive"),
     ((0.5, 0.9), "not reproduced")])
 def test_the_pooled_verdict_follows_the_single_run_band_rule(ci, verdict):
     row = {"comparison": "ratio", "direction": ">", "reference": 1.0, "band_low": 55.0, "band_high": 220.0}
     assert pooling.pooled_verdict(row, (math.log(ci[0]), math.log(ci[1]))) == verdict
+    no_figure = {**row, "band_low": None, "band_high": None}
+    assert pooling.pooled_verdict(no_figure, (math.log(7.0), math.log(16.0))) == "direction, no seed figure"
 
 
 # -- which runs pool -------------------------------------------------------------------------------
@@ -231,8 +233,11 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     assert r["dropped_same_boot"] == 1             # a: boot-1's earlier run
     assert r["dropped_other_key"] == 2             # e: another experiment version; g: the quick profile
     assert r["dropped_no_boot"] == 1               # f
-    assert r["key"] == ("full", 2, (("mongo_pool", "v1"),))
-    assert r["agree_text"] == "3 of 3 runs agree" and r["verdict"] == "direction only"
+    assert r["key"] == ("full", 2, "{mongo_pool.bare.max_ms}", "{mongo_pool.semaphore.max_ms}",
+                        (("mongo_pool", "v1"),))
+    # the pooled interval, judged by the band rule, lies below the band: size not reproduced, whose class
+    # (holds) is each run's `direction only`
+    assert r["agree_text"] == "3 of 3 runs agree" and r["verdict"] == "size not reproduced"
     assert [p["run_id"][-4:] for p in r["per_run"]] == ["bbbb", "cccc", "dddd"]
     assert sum(p["weight"] for p in r["per_run"]) == pytest.approx(1.0)
     assert r["tau2"] > 0 and r["pi_high"] - r["pi_low"] > r["ci_high"] - r["ci_low"]
@@ -296,3 +301,14 @@ def test_pooled_lessons_runs_over_every_committed_summary(match):
     with_pi = got[got["k"] >= 3]
     assert (with_pi["pi_low"] <= with_pi["ci_low"]).all() and (with_pi["ci_high"] <= with_pi["pi_high"]).all()
     assert got[got["k"] < 3]["pi_low"].isna().all()
+
+
+def test_a_redefined_row_does_not_pool_with_its_old_definition():
+    """A row whose figures the ledger redefined (001-cursor-02: wall-clock stall, then own CPU) is
+    another measurement: runs of the old definition are left out, counted."""
+    old = _summary("a", 17.0)
+    old["claims"][0]["a"] = "{mongo_pool.bare.p99_ms}"
+    runs = [("20261201T000000Z-full-aaaa", "b1", old), ("20261202T000000Z-full-bbbb", "b2", _summary("b", 16.0)),
+            ("20261203T000000Z-full-cccc", "b3", _summary("c", 15.0))]
+    r = pooled_lessons(runs, ["001-pool-13"], match="rules").iloc[0]
+    assert r["k"] == 2 and r["dropped_other_key"] == 1 and "aaaa" not in " ".join(r["runs"])

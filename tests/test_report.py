@@ -168,7 +168,10 @@ def test_html_report_renders_its_figures_in_chromium(built, tmp_path):
         assert src and src.group(1).startswith("data:image/"), f"image not embedded: {tag[:200]}"
     for path in report.notebooks():
         assert path.name in dom, f"{path.name} is missing from the report"
-    assert "failed:" not in dom.split("</ol>", 1)[0], "the report lists a failed notebook"
+    listed = dom.split('id="notebooks-run"', 1)
+    assert len(listed) == 2, "the report does not list the notebooks it ran (at its end)"
+    assert "failed:" not in listed[1].split("</ol>", 1)[0], "the report lists a failed notebook"
+    assert "notebook(s) failed" not in dom
     assert built.run.id in dom
 
 
@@ -188,6 +191,9 @@ def test_rendered_report_opens_with_findings_and_no_table_shows_nan(built, tmp_p
     assert len(titles) >= 3, f"the rendered report has too few sections: {[t for _, t in titles]}"
     assert titles[0][1].startswith("A reproducible performance study"), titles[0]
     assert titles[1][1] == "Findings", f"the first section is {titles[1][1]!r}, not Findings"
+    # the first screen is the lessons: the plumbing (parameters, local paths, the notebook list) is at the end
+    assert "run_dir=" not in dom[:titles[1][0]] and 'id="notebooks-run"' not in dom[:titles[1][0]]
+    assert titles[-1][1] == "About this report", titles[-1]
     section = dom[titles[1][0]:titles[2][0]]
     for lesson in findings.LESSONS:
         assert html_lib.escape(lesson.words, quote=False)[:60] in section, f"{lesson.id} is not in Findings"

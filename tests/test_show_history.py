@@ -132,7 +132,7 @@ def test_upgrade_keeps_a_v2_summary_as_written():
 
 @pytest.mark.parametrize("bad, words", [
     ([1, 2], "expected a JSON object"),
-    ({"summary_version": 4, "metrics": []}, "summary version 4"),
+    ({"summary_version": 99, "metrics": []}, "summary version 99"),
     ({"summary_version": 1, "metrics": {"a": 1}}, "`metrics` is not a list"),
     ({"summary_version": 2, "metrics": [], "claims": ["x"]}, "`claims` is not a list"),
 ])
@@ -388,6 +388,8 @@ def test_history_lessons_follow_each_lessons_figure_and_flag_verdicts_that_move(
     assert not block[1].rstrip().endswith(("MOVED", "OPPOSED", "apart"))
     assert block[2].rstrip().endswith("OPPOSED apart"), block[2]
     assert block[3].rstrip().endswith("MOVED"), block[3]
+    # under the runs, the row pooled across boots (harness.core.pooling)
+    assert out.output.split(f"001-pool ({head}):")[1].splitlines()[5].startswith("  pooled")
     assert "000-sync-async (000-rps-01)" in out.output and "not measured in any run" in out.output
     assert f"{len(findings.LESSONS)} lessons over 4 runs; 2 verdict move(s)" in out.output
     both = CliRunner().invoke(cli.cli, ["history", "--lessons", "--changed", "--data-dir", str(tmp_path)])

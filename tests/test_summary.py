@@ -72,7 +72,7 @@ def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):
     assert row["estimate"] == pytest.approx(stats.summarise(values)["estimate"])
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"] and row["ci_level"] == pytest.approx(0.95)
     assert row["median"] == 1.0 < row["ci_low"]   # the median lies outside: it is labelled, not the estimate
-    assert summary.SUMMARY_VERSION == store.SUMMARY_VERSION == 3
+    assert summary.SUMMARY_VERSION == store.SUMMARY_VERSION == 4
 
 
 def test_claim_rows_carry_every_key_the_findings_read(tmp_path):
@@ -102,7 +102,7 @@ def test_summary_json_of_the_smoke_run(smoke_run):
             assert r["ci_low"] <= r["ci_high"]
     pg = [r for r in out["metrics"] if r["experiment"] == "pg_models" and r["metric"] == "rps"]
     assert pg and all(r["bottleneck"] for r in pg), "pg_models rows name their limiting resource"
-    assert out["summary_version"] == 3 and all(CLAIM_KEYS <= set(c) for c in out["claims"])
+    assert out["summary_version"] == 4 and all(CLAIM_KEYS <= set(c) for c in out["claims"])
     assert "chance_wrong" not in out
     mc = out["multiple_comparisons"]
     assert mc["method"] == "holm (primary rows) + bh (supporting rows)" and mc["alpha"] == 0.05

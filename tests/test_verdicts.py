@@ -64,3 +64,5 @@ def test_compare_and_history_classify_every_move_alike():
         expected = {change.upper()} if change in (verdicts.MOVED, verdicts.OPPOSED) else set()
         assert _lesson_marks(head, a, b) == expected, (a, b, change)
     assert verdicts.move(verdicts.DIRECTION_ONLY, verdicts.NOT_REPRODUCED) == verdicts.OPPOSED
+    assert verdicts.move(verdicts.SIZE_NOT_REPRODUCED, verdicts.NOT_REPRODUCED) == verdicts.OPPOSED
+    assert verdicts.move(verdicts.REPRODUCED, verdicts.SIZE_NOT_REPRODUCED) == verdicts.SAME_CLASS

@@ -56,10 +56,19 @@ seeds' own numbers. Columns:
 Bands are not typed per row: `band(seed, reference, direction)` computes every one by one rule,
 written before the next reference run and not tuned to any run:
 
-    THE BAND RULE. A ratio row with a seed number is held to the seed's number within a factor of
-    2 either way on a log scale, [seed / 2, seed x 2], cut at the reference on the seed's side
-    (direction `>`: [max(seed / 2, reference), seed x 2]; `<`: [seed / 2, min(seed x 2, reference)]).
-    A row with no seed number has no band: it is `direction only` at best.
+    THE BAND RULE (issue 35: bands that check size). A ratio row with a seed number is held to the
+    seed's size, on a log scale, on both sides:
+    - an effect row (reference 1: a ratio of two figures, 1 = no difference) to [seed / f, seed x f]
+      with f = min(2, sqrt(seed)) for seed > 1 (min(2, sqrt(1 / seed)) below 1): the seed's number
+      within a factor of 2 either way, and never nearer the null than halfway to it, so an effect
+      in the seed's direction but of a much smaller size is `size not reproduced`, not
+      `reproduced`. A seed number within the equivalence margin of 1 (1 / 1.15 .. 1.15) cannot be
+      told from no difference by this rule: such a row is written as an equivalence row
+      (`load` refuses it as a ratio row);
+    - a threshold row (any other reference: a limit the seed states, "below 10 ms", "more than one
+      core") to the seed's side of the threshold, [max(seed / 2, reference), seed x 2] for `>` and
+      [seed / 2, min(seed x 2, reference)] for `<`: the limit is the claim.
+    A row with no seed number has no band: `direction, no seed figure` at best.
 
 Expressions are a small, safe language (parsed with `ast`, never `eval`): numbers, `+ - * /`,
 comparisons, `and`, `or`, `not`, and the functions `abs`, `min`, `max`.
@@ -86,6 +95,7 @@ COLUMNS = ("claim_id", "document", "kind", "section", "sentence", "seed_value", 
            "comparison", "a", "b", "direction", "reference", "margin", "bound", "premise",
            "machine_dependent", "role", "note", "primary")
 BAND_FACTOR = 2.0   # the band rule: the seed's number within this factor either way (log scale)
+NEAR_NULL_MARGIN = 0.15   # an effect row's seed within this of 1 is an equivalence claim (the band rule)
 DOCUMENTS = {"000": "Async PyMongo in FastAPI (sync vs async under Locust)",
              "001": "Using MongoDB with PyMongo's Async API (three traps)",
              "002": "asyncio vs Threads for Database-Heavy Services (PostgreSQL)"}
@@ -216,8 +226,9 @@ def _eval(node: ast.AST, expr: Expression, lookup, variables):
 # -- the band rule and premises -------------------------------------------------------------------
 
 def band(seed: float | None, reference: float, direction: str) -> tuple[float, float]:
-    """The band of a ratio row (the one rule of the module docstring): the seed's number within a
-    factor of 2 either way, cut at the reference on the seed's side. (NaN, NaN) without a seed
+    """The band of a ratio row (the one rule of the module docstring): an effect row's (reference
+    1) the seed's number within min(2, sqrt(seed)) either way; a threshold row's the seed's number
+    within a factor of 2, cut at the threshold on the seed's side. (NaN, NaN) without a seed
     number. Raises ExpressionError when the seed's own number lies on the wrong side of its
     reference (the band would be empty)."""
     nan = float("nan")
@@ -228,6 +239,13 @@ def band(seed: float | None, reference: float, direction: str) -> tuple[float, f
     seed, reference = float(seed), float(reference)
     if not seed > 0:
         raise ExpressionError(f"a seed ratio must be > 0 to have a band, got {seed!r}")
+    if reference == 1.0:
+        factor = min(BAND_FACTOR, math.sqrt(max(seed, 1.0 / seed)))
+        low, high = seed / factor, seed * factor
+        if (seed > 1.0) != (direction == ">"):
+            raise ExpressionError(f"the seed's {seed:g} lies on the wrong side of its reference 1 "
+                                  f"({direction}): no band")
+        return low, high
     low, high = seed / BAND_FACTOR, seed * BAND_FACTOR
     if direction == ">":
         low = max(low, reference)
@@ -316,6 +334,13 @@ def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["reference"] = df["reference"].fillna(1.0)
     df["machine_dependent"] = df["machine_dependent"] == "yes"
+    near = [r.claim_id for r in df.itertuples(index=False)
+            if r.kind == "measurement" and r.comparison == "ratio" and r.reference == 1.0
+            and math.isfinite(r.seed_value) and r.seed_value > 0
+            and abs(math.log(r.seed_value)) < math.log(1.0 + NEAR_NULL_MARGIN)]
+    if near:
+        raise ExpressionError(f"{path}: {', '.join(near)}: a seed number within {NEAR_NULL_MARGIN:.0%} of no "
+                              f"difference is an equivalence claim: write the row as one (the band rule)")
     bands = [band(r.seed_value, r.reference, r.direction) if r.kind == "measurement" and r.comparison == "ratio"
              else (math.nan, math.nan) for r in df.itertuples(index=False)]
     df["band_low"] = [b[0] for b in bands]

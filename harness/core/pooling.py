@@ -51,7 +51,8 @@ Which runs pool (`pooled_lessons`). For each ledger row: runs that measured it (
 in this run` is not counted at all) with a boot id (a run without one cannot be told apart from
 another on the same boot: left out, counted); among those whose row is poolable, only the runs
 whose *key* equals the newest such run's: the verdict rules (the summary's format version: 1 = before
-issue 22, 95% intervals and no Holm adjustment; 2 = now), the profile,
+issue 22, 95% intervals and no Holm adjustment; 2 and 3 after), the row's own definition (its `a`
+and `b`: a row whose figures were redefined measures something else), the profile,
 and with `match="version"` (the default) the experiment versions (`manifest.json`'s
 `experiments.<name>.version`: a hash of the experiment's code and parameters) of the experiments the
 row reads; a run whose manifest records no versions keys as unknown and pools only with such runs.
@@ -62,11 +63,12 @@ the others counted as dropped.
 
 A verdict across runs (`pooled_verdict`): the single run's band rule (harness.claims) applied to the
 pooled 90% interval: the interval wholly on the side opposite to the seed's -> not reproduced; wholly
-on the seed's side -> reproduced if it overlaps the band, direction only if it lies outside it or
-the row has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent,
-wholly outside -> not reproduced; absolute rows: not comparable. No Holm adjustment is applied across
-lessons. "k of K runs agree": the pooled runs whose own verdict has the pooled verdict's class
-(harness.core.verdicts: holds / fails / open); runs of different classes are named (`disagreement`).
+on the seed's side -> reproduced if it overlaps the band, size not reproduced if it lies outside it,
+direction, no seed figure if the row has no seed number; else inconclusive; equivalence rows: inside
+the margin -> equivalent, wholly outside -> not reproduced; absolute rows: not comparable. No Holm
+adjustment is applied across lessons. "k of K runs agree": the pooled runs whose own verdict has the
+pooled verdict's class (harness.core.verdicts: holds / fails / open); runs of different classes are
+named (`disagreement`).
 """
 
 from __future__ import annotations
@@ -86,13 +88,14 @@ from statsmodels.stats.meta_analysis import combine_effects
 
 from . import store
 from .verdicts import (
-    DIRECTION_ONLY,
+    DIRECTION_NO_FIGURE,
     EQUIVALENT,
     INCONCLUSIVE,
     NOT_COMPARABLE,
     NOT_MEASURED,
     NOT_REPRODUCED,
     REPRODUCED,
+    SIZE_NOT_REPRODUCED,
     verdict_class,
 )
 
@@ -361,8 +364,10 @@ def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
     if not seed_side:
         return INCONCLUSIVE
     band_lo, band_hi = _num(row.get("band_low")), _num(row.get("band_high"))
-    if band_lo is None or band_hi is None or hi < band_lo or lo > band_hi:
-        return DIRECTION_ONLY
+    if band_lo is None or band_hi is None:
+        return DIRECTION_NO_FIGURE
+    if hi < band_lo or lo > band_hi:
+        return SIZE_NOT_REPRODUCED
     return REPRODUCED
 
 
@@ -427,7 +432,8 @@ def experiments_read(row: Mapping[str, Any]) -> tuple[str, ...]:
 def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:
     key: tuple[Any, ...] = (run.run_profile,)
     if match in ("version", "rules"):
-        key += (rules_version(run.summary),)
+        # the row's own definition too: a row whose figures were redefined measures something else
+        key += (rules_version(run.summary), str(row.get("a") or ""), str(row.get("b") or ""))
     if match == "version":
         vs = None if run.versions is None else tuple((e, run.versions.get(e)) for e in experiments_read(row))
         key += (vs,)

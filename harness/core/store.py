@@ -440,8 +440,8 @@ def _read_json(f: Path) -> Any:
 
 # -- summaries: one reader, every format upgraded to the current one --------------------------------
 
-SUMMARY_VERSION = 3   # the summary format `load_summary` returns (docs/FORMAT.md keeps the history)
-SUMMARY_VERSIONS = (1, 2, 3)
+SUMMARY_VERSION = 4   # the summary format `load_summary` returns (docs/FORMAT.md keeps the history)
+SUMMARY_VERSIONS = (1, 2, 3, 4)
 
 
 def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
@@ -456,6 +456,9 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
     them; version 3 adjusts by lesson (Holm over the primary rows, Benjamini-Hochberg over the
     rest, `claims.adjust`). A version-2 claim row gets `primary` = "" and `error_family` = "all rows
     (Holm, version 2)": its `verdict` and `p_adjusted` are the old rule's, kept as they were.
+    Version 4 judges by bands that check size (`ledger.band`; `size not reproduced` and `direction,
+    no seed figure` where versions up to 3 wrote `direction only`); the rows have the same keys, and
+    an older summary keeps its verdicts and bands as they were, marked by `upgraded_from`.
     A summary with no version is version 1. A HarnessError (one line, naming `source`) for anything
     that is not a summary, or a version this harness does not read."""
     if not isinstance(d, dict):
@@ -486,6 +489,7 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
         for r in claims:
             r.setdefault("primary", "")
             r.setdefault("error_family", "all rows (Holm, version 2)" if version == 2 else "none (version 1)")
+    if version < SUMMARY_VERSION:
         out["upgraded_from"] = version
     out.update(summary_version=SUMMARY_VERSION, metrics=metrics, claims=claims)
     return out

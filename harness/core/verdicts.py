@@ -10,9 +10,11 @@ Four vocabularies, each decided by the module named (whose docstring gives its r
 - departures' effect of a factor level on a seed's ratio (`harness.experiments.departures.analysis`): `EFFECTS`.
 
 Every word has exactly one class (`CLASSES`), which says what it means for the sentence tested:
-    holds   the seed's side is significant: reproduced, equivalent, direction only (the direction
-            holds; only the size lies outside the band or has no seed number to compare), pass;
-            agree; explains, explains part
+    holds   the seed's side is significant: reproduced, equivalent, size not reproduced (the
+            direction holds, the size lies outside the band: shown as a departure), direction, no
+            seed figure (the direction holds; no seed number to compare a size with), direction
+            only (the two together, in summaries before issue 35), pass; agree; explains,
+            explains part
     fails   the opposite side is significant: not reproduced, fail; differ; moves away
     open    nothing decided: inconclusive, premise not met, not comparable, not measured in this
             run, the statuses of setup and context rows; not shown, changes the ratio
@@ -20,10 +22,10 @@ Every word has exactly one class (`CLASSES`), which says what it means for the s
 
 A move between two runs (`move`; `harness compare` and `harness history --lessons` both use it):
     same         the same word
-    same class   another word of the same class (reproduced -> direction only)
+    same class   another word of the same class (reproduced -> size not reproduced)
     moved        another class, not between holds and fails (inconclusive -> reproduced)
     OPPOSED      holds <-> fails: the seed's side significant in one run, the opposite in the other
-So `direction only` -> `not reproduced` is OPPOSED: both are decisive, on opposite sides.
+So `size not reproduced` -> `not reproduced` is OPPOSED: both are decisive, on opposite sides.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ PREMISE_NOT_MET = "premise not met"
 EQUIVALENT = "equivalent"
 NOT_REPRODUCED = "not reproduced"
 REPRODUCED = "reproduced"
-DIRECTION_ONLY = "direction only"
+SIZE_NOT_REPRODUCED = "size not reproduced"
+DIRECTION_NO_FIGURE = "direction, no seed figure"
+DIRECTION_ONLY = "direction only"   # both of the above, in summaries before issue 35: read, never written
 INCONCLUSIVE = "inconclusive"
 NOT_MEASURED = "not measured in this run"
 # statuses of the rows that are not judged
@@ -42,9 +46,10 @@ SETUP_SAME = "setup: same as the seed"
 SETUP_DIFFERS = "setup: differs from the seed"
 CONTEXT = "not a measurement"
 
-VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY,
-            PREMISE_NOT_MET, NOT_MEASURED)
-JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, DIRECTION_ONLY)
+VERDICTS = (NOT_COMPARABLE, EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, SIZE_NOT_REPRODUCED,
+            DIRECTION_NO_FIGURE, DIRECTION_ONLY, PREMISE_NOT_MET, NOT_MEASURED)
+JUDGED = (EQUIVALENT, NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE,
+          DIRECTION_ONLY)
 STATUSES = VERDICTS + (SETUP_SAME, SETUP_DIFFERS, CONTEXT)
 
 # -- verify's checks (harness.experiments.verify.analysis) -----------------------------------------------------
@@ -69,13 +74,14 @@ EFFECTS = (EXPLAINS, EXPLAINS_PART, MOVES_AWAY, NOT_SHOWN, NOT_SHOWN_FEW, CHANGE
 # -- classes ---------------------------------------------------------------------------------------
 HOLDS, FAILS, OPEN = "holds", "fails", "open"
 CLASSES: dict[str, tuple[str, ...]] = {
-    HOLDS: (REPRODUCED, EQUIVALENT, DIRECTION_ONLY, PASS, AGREE, EXPLAINS, EXPLAINS_PART),
+    HOLDS: (REPRODUCED, EQUIVALENT, SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE, DIRECTION_ONLY, PASS, AGREE,
+            EXPLAINS, EXPLAINS_PART),
     FAILS: (NOT_REPRODUCED, FAIL, DIFFER, MOVES_AWAY),
     OPEN: (INCONCLUSIVE, PREMISE_NOT_MET, NOT_COMPARABLE, NOT_MEASURED, SETUP_SAME, SETUP_DIFFERS, CONTEXT,
            NOT_SHOWN, NOT_SHOWN_FEW, CHANGES_RATIO),
 }
 # decisive: a verdict that rests on a significant test (Holm's adjustment may undo it)
-DECISIVE = (EQUIVALENT, NOT_REPRODUCED, REPRODUCED, DIRECTION_ONLY)
+DECISIVE = (EQUIVALENT, NOT_REPRODUCED, REPRODUCED, SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE, DIRECTION_ONLY)
 CHECKS_DECISIVE = (PASS, FAIL)
 
 # The order in which verdicts are listed (counts, legends): holding first, then failing, then open.
@@ -83,10 +89,12 @@ ORDER = CLASSES[HOLDS] + CLASSES[FAILS] + CLASSES[OPEN]
 
 # Colours: `COLOURS` strong (badges and bars, white text on them), `BACKGROUNDS` pale (table cells).
 COLOURS = {REPRODUCED: "#2e7d32", EQUIVALENT: "#66bb6a", DIRECTION_ONLY: "#9e9d24", PASS: "#2e7d32",
+           SIZE_NOT_REPRODUCED: "#e65100", DIRECTION_NO_FIGURE: "#9e9d24",
            NOT_REPRODUCED: "#c62828", FAIL: "#c62828",
            INCONCLUSIVE: "#f9a825", PREMISE_NOT_MET: "#6d4c41", NOT_COMPARABLE: "#1565c0",
            NOT_MEASURED: "#9e9e9e", SETUP_SAME: "#1565c0", SETUP_DIFFERS: "#f9a825", CONTEXT: "#9e9e9e"}
 BACKGROUNDS = {REPRODUCED: "#d7f0dd", EQUIVALENT: "#d7f0dd", DIRECTION_ONLY: "#eef6d0", PASS: "#d7f0dd",
+               SIZE_NOT_REPRODUCED: "#ffe0c2", DIRECTION_NO_FIGURE: "#eef6d0",
                NOT_REPRODUCED: "#f8d7da", FAIL: "#f8d7da",
                INCONCLUSIVE: "#fdf1d6", PREMISE_NOT_MET: "#ece3f6", NOT_COMPARABLE: "#e3ecfa",
                NOT_MEASURED: "#eeeeee", SETUP_SAME: "#e3ecfa", SETUP_DIFFERS: "#fdf1d6", CONTEXT: "#ffffff"}

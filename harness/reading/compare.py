@@ -293,7 +293,8 @@ def checked_metadata(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = Non
     if va_s != vb_s:
         row("summary format", f"version {va_s or store.SUMMARY_VERSION}", f"version {vb_s or store.SUMMARY_VERSION}",
             NOTE, "verdict rules differ: version 1 unadjusted, with medians as estimates; version 2 Holm "
-                  "over every row; version 3 Holm over the lessons' rows and Benjamini-Hochberg over the rest")
+                  "over every row; version 3 Holm over the lessons' rows and Benjamini-Hochberg over the rest; "
+                  "version 4 bands that check size")
     return rows, {e: "; ".join(why) for e, why in sorted(reasons.items())}
 
 

@@ -5,11 +5,12 @@ commit and machine, flagging a change larger than the runs' own spread (as asv s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import findings
-from ..core import num, store, verdicts
+from ..core import num, pooling, store, verdicts
 from ..core.errors import HarnessError
 from ..core.store import Run
 from ..experiments.analysis import metric_name
@@ -77,17 +78,22 @@ def history_runs(data_dir: Any = None, include_new: bool = False) -> tuple[list[
     return records, skipped
 
 
-def lessons_history_text(records: list[dict[str, Any]]) -> str:
+def lessons_history_text(records: list[dict[str, Any]], pool_by: str = "version") -> str:
     """The README's findings across runs: per lesson, each run's figure for the lesson's first
     ledger row (a within-run ratio or bound, so runs of different machines compare without
     normalising) and its verdict. Against the previous run that measured it (`verdicts.move`, as
     `harness compare` classifies a move): `MOVED` marks a verdict of another class (holds / fails /
     open), `OPPOSED` one that went from holds to fails or back,
     `apart` intervals that do not overlap. A version-1 summary's verdict had no multiple-comparison
-    correction: marked `v1`."""
+    correction: marked `v1`. Under each lesson, its row pooled across boots (`pooled_lines`): runs of
+    the newest run's experiment versions and rules (`pool_by="version"`, the default), or of its
+    rules only (`"rules"`: runs of other code versions too, which may not have measured the same thing)."""
     lines = ["lessons across runs: the figure of each lesson's first ledger row, and its verdict "
              "(as the README's findings table; v1: a summary before Holm's correction)"]
     per_run = [{r["lesson"]: r for r in findings.lesson_rows(rec["summary"])} for rec in records]
+    frame = pooling.pooled_lessons([pooling.read_run(rec["run"].path) for rec in records if "run" in rec],
+                                   [lesson.claims[0] for lesson in findings.LESSONS], match=pool_by)
+    pooled = {r["claim_id"]: r for r in frame.to_dict("records")}
     n_moved = 0
     for lesson in findings.LESSONS:
         lines.append(f"{lesson.id} ({lesson.claims[0]}): {readout.clip(lesson.words, 90)}")
@@ -111,13 +117,34 @@ def lessons_history_text(records: list[dict[str, Any]]) -> str:
             prev = r
         if prev is None:
             lines.append("  not measured in any run")
+        else:
+            lines.extend(pooled_lines(pooled.get(lesson.claims[0])))
     lines.append(f"{len(findings.LESSONS)} lessons over {len(records)} runs; {n_moved} verdict move(s) "
                  "from one run to the next")
     return "\n".join(lines)
 
 
+def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
+    """A lesson's row pooled across boots (harness.core.pooling: the runs of the newest run's
+    experiment versions and rules, one per boot), in one or two lines under its runs."""
+    if p is None or not p.get("k"):
+        return ["  pooled: no run gives an interval for this row"]
+    if not p["pooled"]:
+        return [f"  pooled: one run of these experiment versions and rules ({readout.clip(str(p['runs'][-1]), 40)}): "
+                f"its own interval stands; a pooled estimate needs runs from 2 boots, a prediction interval 3"]
+    head = (f"  pooled over {p['k']} boots: {num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, "
+            f"{num.sig3(p['ci_high'])}] ({p['ci_level']:.0%}); ")
+    head += (f"a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction interval); "
+             if p.get("pi_low") is not None else f"no prediction interval ({p['pi_reason']}); ")
+    head += f"I² {100 * (p['i2'] or 0):.0f}%; {p['verdict']}, {p['agree_text']}"
+    out = [head]
+    if p.get("disagreement"):
+        out.append(f"    {p['disagreement']}")
+    return out
+
+
 def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
-                 changed_only: bool = False, lessons: bool = False) -> str:
+                 changed_only: bool = False, lessons: bool = False, pool_by: str = "version") -> str:
     """Headline figures across runs, by commit and machine, absolute and normalised with their
     intervals, as asv shows a benchmark across commits; a change larger than the runs' own spread
     (`beyond_spread`) against the previous run with the figure is flagged `CHANGED`, on the
@@ -138,7 +165,7 @@ def history_text(data_dir: Any = None, include_new: bool = False, figure: str | 
                      + readout.ceiling_text(readout.ceilings(rec["summary"], run.manifest)))
     lines += [f"  {x}" for x in skipped]
     if lessons:
-        return "\n".join(lines + [lessons_history_text(records)])
+        return "\n".join(lines + [lessons_history_text(records, pool_by)])
     lines.append("figures: estimate [95% interval], CV/n, normalised [interval]; CHANGED: intervals apart and "
                  "the change beyond the larger CV (absolute within one machine, normalised across machines)")
     figures: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}

@@ -89,7 +89,9 @@ class BulkWrites(Experiment):
                 "full": SHORT_SIZES, "quick": SHORT_SIZES,
                 "smoke": {"documents": 1_000, "insert_one_count": 50, "upserts": 100, "dup_batch": 20,
                           "dup_index": 10, "warmup_s": 0.1}}
-    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
+    # full: 6, set by power (docs/POWER.md: 001-bulk-01 needs 6 repeats for its interval to be half
+    # its distance to the band's edge, from the committed runs' spread)
+    repeats = {"smoke": 1, "quick": 1, "full": 6, "seed": 10}
     analysis = "harness.experiments.mongo.analysis"
     family = "mongo"
     ceiling = "python_cpu"

@@ -63,7 +63,9 @@ Metric names: `metrics(run)` gives one row per figure and repeat (contract C1 in
 ok cells only; `bottleneck` = the variant's limit in that repeat); `named(run)` the median over
 repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (count):
   pg_models.<regime>.pool<P>.<model>.<q>            per model, where
-      <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none);
+      <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none)
+               | bound (the database time chosen by calibration so that the pool limits:
+                 harness.experiments.postgres.models.pool_bound_regime);
       <P> = pool size; <model> in harness.experiments.postgres.workload.MODELS;
       <q> = rps (requests/s) | p50_ms | p99_ms | mean_ms (ms) | p99_p50_ratio (ratio)
             | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct
@@ -78,6 +80,10 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
   pg_models.<regime>.pool<P>.pool_bound_rps         pool / median calibration latency of all
                                                     models of that regime and pool (requests/s)
   pg_models.<regime>.pool<P>.per_connection_rps     1 / that database time (requests/s)
+  pg_models.bound.pool<P>.chosen_db_ms              the database time the calibration chose (ms),
+  pg_models.bound.pool<P>.chosen_client_cores_needed | chosen_machine_cores_needed
+                                                    the cores its bound needs by the pilot (cores),
+  pg_models.bound.pool<P>.pilot_client_us           the pilot's client CPU per request (us)
   pg_models.<regime>.pool<P>.<q>_ratio.<a>_over_<b> <q> in rps, cpu_us_per_req, p99_ms; for every
                                                     pair of models a before b in MODELS order
                                                     (e.g. threads_psycopg_over_uvloop_asyncpg)
@@ -123,7 +129,7 @@ MODEL_LABELS = {
 # naming a label must not test one of them (the premise would select on the figure it gates).
 LABEL_READS: dict[str, tuple[str, ...]] = {
     "pool": ("rps", "pool_bound_rps", "pool_bound_frac", "db_time_ms"),
-    "client cpu": ("cpu_pct", "cpu_wait_pct", "cpu_us_per_req"),
+    "client cpu": ("cpu_pct", "cpu_wait_pct", "cpu_us_per_req", "machine_cpu_pct"),
     "machine cpu": ("machine_cpu_pct", "cpu_pct", "server_cpu_pct", "other_cpu_pct"),
     "not identified": ("rps", "pool_bound_rps", "pool_bound_frac", "cpu_pct", "cpu_wait_pct", "machine_cpu_pct",
                        "server_cpu_pct", "pool_busy_frac"),
@@ -141,7 +147,11 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 cores x 100% (a GIL build's threads can use more than one core while libpq waits),
                 counting as busy the time its threads were runnable but waiting for a core
                 (`wait_pct`; 0 when not measured): a loop thread that ran 65% and waited 35% of
-                the window was never idle, it only shared its core with the server
+                the window was never idle, it only shared its core with the server. The threads
+                model's wait is summed over its 200 threads, so it can exceed any core count
+                (issue 32: 338-1,579% in the reference); it counts only up to the cores the machine
+                left idle (100 x cores - machine CPU): a thread that waits while a core is idle
+                waits on the scheduler's wake-up, not for CPU the machine did not have
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
     otherwise   "not identified", with the figures that ruled the others out; where the client
@@ -158,6 +168,8 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
         return "pool", f"{frac:.0%} of the pool bound"
     client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
+    if model.startswith("threads") and not math.isnan(wait_pct) and not math.isnan(machine_cpu_pct):
+        wait_pct = min(wait_pct, max(0.0, 100.0 * n_cores - machine_cpu_pct))
     if demand_pct(cpu_pct, wait_pct) >= BUSY * client_cap:
         if math.isnan(wait_pct):
             return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
@@ -247,7 +259,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
             "ops_per_client_median": fair["ops_per_task_median"], "jain": fair["jain_index"],
             "limit": limit, "limit_reason": reason,
         })
-    return pd.DataFrame(rows)
+    return one_configuration(pd.DataFrame(rows))
 
 
 def window_cpu(w: pd.Series, completed: int, n_cores: int) -> dict[str, Any]:
@@ -320,7 +332,7 @@ def completions(run: Run) -> pd.DataFrame:
         parts.append(pd.DataFrame({"repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
                                    "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"],
                                    "task": np.arange(len(counts)), "completed": counts}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return one_configuration(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
 
 
 def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -338,8 +350,32 @@ def _mean_over_repeats(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows).drop(columns=["repeat"])
 
 
+def one_configuration(frame: pd.DataFrame) -> pd.DataFrame:
+    """The calibrated regime chooses its database time per repeat: its rows keep that repeat's in
+    `db_ms_chosen` and share one `slow_ms`, the median over repeats, so that each (regime, slow_ms,
+    pool) is one configuration in every table and figure. Other regimes are unchanged."""
+    if frame.empty or "regime" not in frame or not (frame["regime"] == "bound").any():
+        return frame
+    out = frame.copy()
+    bound = out["regime"] == "bound"
+    out["db_ms_chosen"] = out["slow_ms"].where(bound)
+    out.loc[bound, "slow_ms"] = out[bound].groupby("pool")["slow_ms"].transform("median")
+    return out
+
+
 def config_label(regime: str, slow_ms: float, pool: int) -> str:
+    if regime == "bound":
+        return f"pool-bound by calibration ({slow_ms:g} ms queries), pool {pool}"
     return f"{f'{slow_ms:g} ms queries' if regime == 'slow' else 'fast queries'}, pool {pool}"
+
+
+def bound_regime(run: Run) -> pd.DataFrame:
+    """The calibrated pool-bound regime's choice, one row per repeat and bound pool (pg_models'
+    `bound_regime` table: the pilot's CPU per request and the database time, window and cores it
+    gave); empty for runs before it."""
+    if "pg_models" not in run.experiments:
+        return pd.DataFrame()
+    return run.table("pg_models", "bound_regime")
 
 
 def seed_table(run: Run) -> pd.DataFrame:
@@ -388,7 +424,8 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
-          "tps": ("transactions/s", "higher")}
+          "tps": ("transactions/s", "higher"), "chosen_db_ms": ("ms", ""), "chosen_client_cores_needed": ("cores", ""),
+          "chosen_machine_cores_needed": ("cores", ""), "pilot_client_us": ("us", "")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
@@ -444,6 +481,12 @@ def metrics(run: Run) -> pd.DataFrame:
                     den = float(by_model.at[b, q])
                     put("pg_models", base, f"{q}_ratio.{a}_over_{b}", rep,
                         float(by_model.at[a, q]) / den if den else math.nan)
+    for _, r in bound_regime(run).iterrows():
+        if bool(r["reachable"]):
+            base = f"bound.pool{int(r['pool'])}"
+            for q in ("db_ms", "client_cores_needed", "machine_cores_needed"):
+                put("pg_models", base, f"chosen_{q}", r["repeat"], r[q])
+            put("pg_models", base, "pilot_client_us", r["repeat"], r["client_us"])
     c = ceiling_table(run)
     if not c.empty:
         for _, r in c.iterrows():
@@ -472,5 +515,5 @@ def model_label(model: str) -> str:
     return MODEL_LABELS.get(model, model)
 
 
-__all__ = ["models_table", "ceiling_table", "failures", "completions", "seed_table", "metrics",
+__all__ = ["models_table", "ceiling_table", "bound_regime", "failures", "completions", "seed_table", "metrics",
            "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]

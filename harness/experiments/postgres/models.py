@@ -8,6 +8,19 @@ cannot disturb another's figures. The child runs
 `clients` closed-loop clients over the seed's three-query request, excludes `warmup_s`, and
 measures a `duration_s` window; this worker only records what the child returns.
 
+The pool-bound regime, reached by calibration (`bound_pools`; regime `bound`): the seed's 10 ms
+queries at pool 20 make the pool the limit only on a client that can serve its bound (about 1,800
+req/s) with CPU to spare; on two cores shared with the server, no model can (it would take 0.8-2.4
+cores of client CPU). So, in the run's first repeat and per bound pool, a pilot of
+`bound_pilot_model` in the fast regime (`pilot[...]`, not recorded as a cell; later repeats keep
+its choice) measures client and server CPU per request,
+`pool_bound_regime` chooses the database time at which the pool's bound needs at most
+`bound_client_cores` of client CPU and `bound_machine_share` of the machine (and a window of
+`bound_cycles` requests per client), and every model of `bound_models` runs at it, named
+`<model>[regime=bound,pool=<n>]`. The choice is the `bound_regime` table; a regime out of reach
+skips its cells with the reason. The seed's literal cells (10 ms, pool 20) stay, as the seed's
+parameters and whatever regime they give here.
+
 Tables (one repeat):
 - `samples`: variant, task (client id 0..clients-1), start_s (since the window opened), latency_s,
   ok, wait_s (waiting for a pooled connection), hold_s (connection held by the request), error,
@@ -31,6 +44,9 @@ Tables (one repeat):
   (pool / database time).
 - `failures`: variant, model, slow_ms, pool, error, returncode, log_tail; a failed variant is
   recorded here and the others go on.
+- `bound_regime`: per bound pool, the pilot's readings (client_us, server_us: CPU per request) and
+  what `pool_bound_regime` chose from them (db_ms, bound_rps, cycle_s, window_s, warmup_s, the
+  cores the bound needs, which condition set it, reachable, reason).
 Artifacts: one `<model>_slow<ms>_pool<n>.log` per variant (the child's stdout/stderr).
 
 The pool bound and the Little's-law check are computed from these raw tables in the analysis.
@@ -38,6 +54,7 @@ The pool bound and the Little's-law check are computed from these raw tables in 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -45,7 +62,7 @@ from ...core import datasets
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
-from .workload import MODELS, VariantSpec, fmt_ms, run_in_child
+from .workload import MODELS, SEED_MODELS, VariantSpec, fmt_ms, measure_in_child, run_in_child
 from .workload import tables as pg_tables
 
 CHILD_OVERHEAD_S = 60.0   # interpreter start, pool open, drain: added to each child's own time limit
@@ -64,6 +81,20 @@ class PgModelsParams(Params):
     psycopg_autocommit: bool = False             # the seed uses psycopg's default (transactions)
     seed: int = 20261130                         # per-client random ids: Random(f"{seed}:{task}")
     timeout_s: float = 900.0
+    # The pool-bound regime reached by calibration (issue 35): a database time per request chosen
+    # before measuring, from a pilot's client and server CPU per request, so that the pool's bound
+    # needs at most `bound_client_cores` of client CPU for the pilot's model (the seed's costliest,
+    # threads + psycopg) and at most `bound_machine_share` of the machine in total. () = off.
+    bound_pools: tuple[int, ...] = (20,)
+    bound_models: tuple[str, ...] = SEED_MODELS
+    bound_pilot_model: str = "threads_psycopg"
+    bound_pilot_s: float = 1.5                   # the pilot's window (fast queries, first bound pool)
+    bound_client_cores: float = 0.5
+    bound_machine_share: float = 0.5
+    bound_cycles: int = 20                       # the window holds at least this many requests per client
+    bound_warmup_cycles: int = 3
+    bound_step_ms: float = 5.0                   # the database time is rounded up to a multiple of it
+    bound_max_window_s: float = 40.0             # longer than this: the regime is out of reach, said so
 
     def validate(self) -> None:
         super().validate()
@@ -74,14 +105,77 @@ class PgModelsParams(Params):
             raise HarnessError(f"parameter rows must be at least 2, got {self.rows}")
         if not self.models or not self.pools or not self.slow_ms:
             raise HarnessError("parameters models, pools and slow_ms must each name at least one value")
+        self.require_choice("bound_models", MODELS)
+        self.require_choice("bound_pilot_model", MODELS)
+        self.require_positive("bound_pilot_s", "bound_client_cores", "bound_machine_share", "bound_cycles",
+                              "bound_step_ms", "bound_max_window_s")
+        self.require_non_negative("bound_warmup_cycles")
+        if any(pool < 1 for pool in self.bound_pools):
+            raise HarnessError(f"parameter bound_pools must hold positive pool sizes, got {self.bound_pools!r}")
 
-    def child_timeout_s(self, slow_ms: float) -> float:
+    def child_timeout_s(self, slow_ms: float, warmup_s: float | None = None, duration_s: float | None = None) -> float:
         calibration = self.calibration_requests * (slow_ms / 1000.0 + 0.05)
-        return self.warmup_s + self.duration_s + calibration + CHILD_OVERHEAD_S
+        warmup = self.warmup_s if warmup_s is None else warmup_s
+        duration = self.duration_s if duration_s is None else duration_s
+        return warmup + duration + calibration + CHILD_OVERHEAD_S
 
 
 def variant_name(model: str, slow_ms: float, pool: int) -> str:
     return variant_id(model, slow_ms=fmt_ms(slow_ms), pool=pool)
+
+
+BOUND = "bound"   # the calibrated pool-bound regime's name in the tables and metric names
+
+
+def bound_variant_name(model: str, pool: int) -> str:
+    """A calibrated cell's name: the same in every repeat, whatever database time that repeat chose."""
+    return variant_id(model, regime=BOUND, pool=pool)
+
+
+def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int, clients: int,
+                      client_cores: float = 0.5, machine_share: float = 0.5, cycles: int = 20,
+                      warmup_cycles: int = 3, step_ms: float = 5.0, floor_ms: float = 10.0,
+                      max_window_s: float = 40.0) -> dict:
+    """The database time per request that makes `pool` connections the limit on this machine.
+
+    A closed loop of `clients` > `pool` clients, each request holding a connection for about
+    `db_ms`, cannot exceed the pool's bound, pool / db_ms. Reaching it costs the client `client_us`
+    of CPU per request (measured in the fast regime, where nothing else hides it) and the server
+    `server_us`: the bound is a regime this machine can hold only while rate x client_us stays
+    within `client_cores` and rate x (client_us + server_us) within `machine_share` of its cores.
+    So: rate = min(client_cores / client_us, machine_share x cores / (client_us + server_us)),
+    db_ms = pool / rate, rounded up to `step_ms` and never below `floor_ms` (the seed's 10 ms: a
+    machine fast enough for the seed's regime gets the seed's). Server CPU unknown (NaN: a server
+    elsewhere) leaves only the client's condition. The window holds `cycles` requests per client
+    (a client's cycle is clients / rate at the bound) and the warm-up `warmup_cycles`.
+
+    Returns db_ms, bound_rps (pool / db_ms), cycle_s, window_s, warmup_s, client_cores_needed,
+    machine_cores_needed, limited_by ('client CPU' or 'machine CPU': which condition set the rate),
+    and `reachable` with `reason` ('' when reachable): unreachable when the inputs are unusable or
+    the window would exceed `max_window_s`."""
+    out: dict = {"db_ms": math.nan, "bound_rps": math.nan, "cycle_s": math.nan, "window_s": math.nan,
+                 "warmup_s": math.nan, "client_cores_needed": math.nan, "machine_cores_needed": math.nan,
+                 "limited_by": "", "reachable": False, "reason": ""}
+    if not (math.isfinite(client_us) and client_us > 0) or clients <= pool:
+        out["reason"] = ("no client CPU per request from the pilot" if clients > pool
+                         else f"{clients} clients do not outnumber {pool} connections: no queue to bind")
+        return out
+    by_client = client_cores * 1e6 / client_us
+    by_machine = machine_share * cores * 1e6 / (client_us + server_us) if math.isfinite(server_us) else math.inf
+    rate = min(by_client, by_machine)
+    db_ms = max(floor_ms, math.ceil(pool * 1000.0 / rate / step_ms) * step_ms)
+    bound = pool * 1000.0 / db_ms
+    cycle = clients / bound
+    out.update(db_ms=db_ms, bound_rps=bound, cycle_s=cycle, window_s=cycles * cycle, warmup_s=warmup_cycles * cycle,
+               client_cores_needed=bound * client_us / 1e6,
+               machine_cores_needed=bound * (client_us + (server_us if math.isfinite(server_us) else 0.0)) / 1e6,
+               limited_by="client CPU" if by_client <= by_machine else "machine CPU")
+    if out["window_s"] > max_window_s:
+        out["reason"] = (f"a {db_ms:g} ms database time needs a {out['window_s']:.0f} s window for {cycles} requests "
+                         f"per client, above bound_max_window_s={max_window_s:g}")
+        return out
+    out["reachable"] = True
+    return out
 
 
 def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
@@ -90,7 +184,8 @@ def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
 
 class PgModels(Experiment):
     name = "pg_models"
-    title = "Threads vs asyncio against PostgreSQL: five client models, slow and fast queries, two pools"
+    title = ("Threads vs asyncio against PostgreSQL: five client models, slow and fast queries, two pools, "
+             "and the pool-bound regime reached by calibration")
     needs = ("postgres",)
     params_type = PgModelsParams
     profiles = {
@@ -100,7 +195,9 @@ class PgModels(Experiment):
         "quick": {"clients": 100, "pools": (20,), "duration_s": 1.0, "warmup_s": 0.3,
                   "calibration_requests": 20},
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
-                  "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0},
+                  "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0,
+                  "bound_pools": (4,), "bound_pilot_s": 0.4,
+                  "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
     analysis = "harness.experiments.postgres.analysis"
@@ -110,7 +207,15 @@ class PgModels(Experiment):
     notebook = "03_postgres_models.ipynb"
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
-    tables = pg_tables(window_columns, OTHER_COLUMNS)
+    tables = {**pg_tables(window_columns, OTHER_COLUMNS),
+              # one row per repeat and bound pool: the pilot's readings and the database time chosen
+              "bound_regime": {"pool": "int", "pilot_model": "str", "pilot_ok": "bool", "pilot_error": "str",
+                               "pilot_ops": "int", "pilot_wall_s": "float", "pilot_cpu_check": "str",
+                               "client_us": "float", "server_us": "float", "cores": "int", "clients": "int",
+                               "db_ms": "float", "bound_rps": "float", "cycle_s": "float", "window_s": "float",
+                               "warmup_s": "float", "client_cores_needed": "float",
+                               "machine_cores_needed": "float", "limited_by": "str", "reachable": "bool",
+                               "reason": "str", "chosen_in_repeat": "int"}}
 
     def datasets(self, p: PgModelsParams) -> list:
         return [datasets.Accounts(p.rows)]
@@ -137,11 +242,102 @@ class PgModels(Experiment):
             ctx.log.info("running %s", spec.variant)
             if not run_in_child(ctx, spec, p.child_timeout_s(slow), artifact_stem(model, slow, pool)):
                 failed.append(spec.variant)
+        for pool in p.bound_pools:
+            failed += self._run_bound(ctx, p, pool, dsn, pid)
         ctx.note("load_average_after", list(os.getloadavg()))
         ctx.note("variants_failed", failed)
-        total = len(p.slow_ms) * len(p.pools) * len(p.models)
+        total = len(p.slow_ms) * len(p.pools) * len(p.models) + len(p.bound_pools) * len(p.bound_models)
         if len(failed) == total:
             raise HarnessError(f"all {total} variants failed; see the failures table and artifacts")
+
+
+    def _run_bound(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None) -> list[str]:
+        """The calibrated pool-bound cells of one pool: a pilot in the fast regime measures the
+        client and server CPU per request of `bound_pilot_model`; `pool_bound_regime` turns them
+        into a database time, window and warm-up; every bound model then runs at it. Returns the
+        variants that failed; a regime out of reach skips its cells with the reason, before any
+        of them is measured."""
+        names = {model: bound_variant_name(model, pool) for model in p.bound_models}
+        earlier = _earlier_choice(ctx, pool)
+        if earlier is not None:   # one regime per run: the first repeat's choice, kept
+            ctx.record("bound_regime", [earlier])
+            ctx.note(f"bound_regime_pool{pool}", earlier)
+            return self._run_bound_cells(ctx, p, pool, dsn, pid, names, earlier)
+        pilot = VariantSpec(variant=variant_id(p.bound_pilot_model, regime="pilot", pool=pool),
+                            model=p.bound_pilot_model, dsn=dsn, pool=pool, clients=p.clients, slow_ms=0.0,
+                            warmup_s=p.warmup_s, duration_s=p.bound_pilot_s, rows=p.rows, seed=p.seed,
+                            calibration_requests=1, postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit,
+                            regime="pilot")
+        result, child = measure_in_child(ctx, pilot, p.child_timeout_s(0.0, duration_s=p.bound_pilot_s),
+                                         f"pilot_pool{pool}")
+        cores = len(os.sched_getaffinity(0))
+        row = {"pool": pool, "pilot_model": p.bound_pilot_model, "pilot_ok": result is not None,
+               "pilot_error": child.error or "", "cores": cores, "clients": p.clients}
+        regime = pool_bound_regime(math.nan, math.nan, cores, pool, p.clients)   # unreachable until measured
+        if result is not None:
+            w = result["window"]
+            ops = int(w["ops"])
+            row.update(pilot_ops=ops, pilot_wall_s=float(w["wall_s"]), pilot_cpu_check=str(w.get("cpu_check") or ""))
+            client_us = 1e6 * float(w["cpu_s"]) / ops if ops else math.nan
+            server_us = 1e6 * float(w["server_cpu_s"]) / ops if ops else math.nan
+            row.update(client_us=client_us, server_us=server_us)
+            regime = pool_bound_regime(client_us, server_us, cores, pool, p.clients,
+                                       client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
+                                       cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
+                                       step_ms=p.bound_step_ms, floor_ms=max(p.slow_ms),
+                                       max_window_s=p.bound_max_window_s)
+            if row["pilot_cpu_check"]:
+                regime.update(reachable=False, reason=f"the pilot's CPU readings do not fit the machine "
+                                                      f"({row['pilot_cpu_check']}): no database time chosen")
+        elif not regime["reason"] or regime["reason"].startswith("no client CPU"):
+            regime["reason"] = f"the pilot failed: {child.error}"
+        chosen = {**row, "chosen_in_repeat": ctx.repeat, **{k: regime[k] for k in (
+            "db_ms", "bound_rps", "cycle_s", "window_s", "warmup_s", "client_cores_needed", "machine_cores_needed",
+            "limited_by", "reachable", "reason")}}
+        ctx.record("bound_regime", [chosen])
+        ctx.note(f"bound_regime_pool{pool}", {**row, **regime})
+        return self._run_bound_cells(ctx, p, pool, dsn, pid, names, chosen)
+
+    def _run_bound_cells(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None,
+                         names: dict[str, str], regime: dict) -> list[str]:
+        if not regime["reachable"]:
+            for name in names.values():
+                ctx.skip(name, f"pool-bound regime out of reach at pool {pool}: {regime['reason']}")
+            return []
+        ctx.log.info("pool-bound regime at pool %d: %g ms per request, bound %.0f req/s, window %.1f s",
+                     pool, regime["db_ms"], regime["bound_rps"], regime["window_s"])
+        failed = []
+        for model in ctx.order(p.bound_models):
+            spec = VariantSpec(
+                variant=names[model], model=model, dsn=dsn, pool=pool, clients=p.clients,
+                slow_ms=regime["db_ms"], warmup_s=max(p.warmup_s, regime["warmup_s"]),
+                duration_s=max(p.duration_s, regime["window_s"]), rows=p.rows, seed=p.seed,
+                calibration_requests=p.calibration_requests, postmaster_pid=pid,
+                psycopg_autocommit=p.psycopg_autocommit, regime=BOUND)
+            ctx.log.info("running %s", spec.variant)
+            timeout = p.child_timeout_s(spec.slow_ms, warmup_s=spec.warmup_s, duration_s=spec.duration_s)
+            if not run_in_child(ctx, spec, timeout, f"{model}_{BOUND}_pool{pool}"):
+                failed.append(spec.variant)
+        return failed
+
+
+def _earlier_choice(ctx: Context, pool: int) -> dict | None:
+    """The database time an earlier repeat of this run chose for `pool` (the first that chose one,
+    reachable or not), so that every repeat measures one regime: repeats run in order, each in its
+    own worker, and a repeat's tables are on disk before the next starts. None in the first repeat,
+    or when no earlier repeat recorded a choice (its pilot failed before choosing: this one tries)."""
+    import pandas as pd
+
+    run_dir = ctx.artifacts.parent.parent
+    for k in range(ctx.repeat):
+        path = run_dir / f"r{k}" / "bound_regime.parquet"
+        if not path.exists():
+            continue
+        rows = pd.read_parquet(path)
+        rows = rows[(rows["pool"] == pool) & rows["pilot_ok"]]
+        if len(rows):
+            return {key: (v.item() if hasattr(v, "item") else v) for key, v in rows.iloc[0].to_dict().items()}
+    return None
 
 
 EXPERIMENT = PgModels()

@@ -559,32 +559,44 @@ def cpu_at_edges(cpu: EdgeCPU, window: dict[str, Any], server_measured: bool) ->
     return out
 
 
-def run_in_child(ctx: Any, spec: VariantSpec, timeout_s: float, stem: str) -> bool:
-    """Run one variant in its own interpreter (`python -m harness.experiments.postgres.workload`) and record its
-    `windows`, `samples` and `calibration` rows in `ctx` (an experiment's Context), or its
-    `failures` row. True if it succeeded. `stem` names the child's log among the artifacts."""
+def measure_in_child(ctx: Any, spec: VariantSpec, timeout_s: float, stem: str) -> tuple[dict | None, Any]:
+    """Run one variant in its own interpreter (`python -m harness.experiments.postgres.workload`),
+    its CPU read by this process at the child's window edges. Returns (result, child): the child's
+    result with its window's CPU replaced by the edge readings (`cpu_at_edges`), or None when it
+    failed (then `child.error` says why). Records nothing: `run_in_child` records; pg_models'
+    pilot only reads. `stem` names the child's log among the artifacts."""
     import tempfile
     from pathlib import Path
 
-    import pandas as pd
-
     from ...core import processes
 
-    keys = {"model": spec.model, "regime": regime_of(spec), "slow_ms": spec.slow_ms, "pool": spec.pool}
     with tempfile.TemporaryDirectory(prefix="pg_workload-") as tmp, \
             EdgeCPU({"server": (spec.postmaster_pid, True)}) as cpu:
         child = processes.run_child(f"{ctx.experiment.name}:{stem}", "harness.experiments.postgres.workload", spec,
                                     result_path=Path(tmp) / "out.json", log_path=ctx.artifacts / f"{stem}.log",
                                     timeout_s=timeout_s, on_start=lambda pid: cpu.add("client", pid))
-    error, result = child.error, child.result
-    if error is not None or result is None:
+        result = child.result
+        if child.error is None and result is not None:
+            result["window"].update(cpu_at_edges(cpu, result["window"], spec.postmaster_pid is not None))
+    return (result if child.error is None else None), child
+
+
+def run_in_child(ctx: Any, spec: VariantSpec, timeout_s: float, stem: str) -> bool:
+    """Run one variant in its own interpreter (`measure_in_child`) and record its `windows`,
+    `samples` and `calibration` rows in `ctx` (an experiment's Context), or its `failures` row.
+    True if it succeeded. `stem` names the child's log among the artifacts."""
+    import pandas as pd
+
+    keys = {"model": spec.model, "regime": regime_of(spec), "slow_ms": spec.slow_ms, "pool": spec.pool}
+    result, child = measure_in_child(ctx, spec, timeout_s, stem)
+    if result is None:
+        error = child.error or "the child returned no result"
         ctx.record("failures", [{"variant": spec.variant, "model": spec.model, "slow_ms": spec.slow_ms,
                                  "pool": spec.pool, "error": error, "returncode": child.returncode,
                                  "log_tail": child.log_tail}])
         ctx.log.warning("%s failed: %s", spec.variant, error)
         return False
     window = result["window"]
-    window.update(cpu_at_edges(cpu, window, spec.postmaster_pid is not None))
     lead = {k: window.pop(k) for k in ("wall_s", "cpu_s", "cpu_user_s", "cpu_system_s", "ops")}
     ctx.record("windows", [{"variant": spec.variant, **lead, **window}])
     samples = pd.DataFrame(result["samples"])

@@ -1,0 +1,156 @@
+"""Repeats set by power, before the run (issue 35, item 3): how many repeats each lesson's primary
+row needs, from the spread the committed runs already show.
+
+A judged row's verdict rests on the 90% t-interval of the mean of its per-repeat log values
+(harness.claims): half-width h(n) = t_{n-1, 0.95} sd / sqrt(n), sd the standard deviation of the
+per-repeat log values. Its verdict changes where the interval crosses an edge: the reference (the
+null, or a stated threshold), a band edge (`ledger.band`), or an equivalence margin. So the row can
+be decided when the interval is narrow beside the distance from the expected estimate to the
+nearest such edge. THE RULE (written before the next reference run): a row's repeats are enough
+when h(n) <= half that distance, d / 2; `repeats_for` gives the smallest such n.
+
+Where the numbers come from (`row_spread`). Every committed run that judged the row on an interval
+gives its log estimate, its standard error se and its n (`pooling.row_input`: the interval inverted
+exactly); its per-repeat spread is sd = se sqrt(n). The expected estimate is the median of the runs'
+log estimates, and sd the median of their sd: the typical run, not the luckiest. The spread between
+runs (boots) is not in sd: a run's repeats share its machine's state (Kalibera and Jones, Rigorous
+Benchmarking in Reasonable Time, ISMM 2013: repetitions at the level with the larger variance buy the
+most precision), which is what pooling across boots (harness.core.pooling) answers; within one run,
+more repeats narrow only the within-run part, and `plan` says how far the runs' estimates spread.
+
+A row with no committed interval (not yet measured, judged on counts, a premise never met) has no
+spread to plan from: `plan` says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from .pooling import NotPoolable, RunRecord, claim_row, row_input
+
+LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
+N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
+
+
+def half_width(sd_log: float, n: int, level: float = LEVEL) -> float:
+    """The half-width on the log scale of the t-interval of a mean of n values with spread sd_log."""
+    if n < 2 or not math.isfinite(sd_log):
+        return math.inf
+    return float(sps.t.ppf((1 + level) / 2, n - 1)) * sd_log / math.sqrt(n)
+
+
+def repeats_for(sd_log: float, distance_log: float, level: float = LEVEL, n_max: int = N_MAX) -> int | None:
+    """The smallest n >= 2 with half_width(sd_log, n) <= distance_log / 2; None when no n up to
+    n_max does (or the distance is not positive: the expected estimate sits on an edge)."""
+    if not (math.isfinite(sd_log) and math.isfinite(distance_log)) or distance_log <= 0:
+        return None
+    if sd_log == 0:
+        return 2
+    for n in range(2, n_max + 1):
+        if half_width(sd_log, n, level) <= distance_log / 2:
+            return n
+    return None
+
+
+def edges(row: Mapping[str, Any]) -> list[float]:
+    """The values at which the row's verdict changes (ratio scale): the reference and the band's
+    edges for a ratio row, the margin's edges for an equivalence row; [] for an absolute row."""
+    comparison = row.get("comparison")
+    ref = _num(row.get("reference")) or 1.0
+    if comparison == "equivalence":
+        margin = _num(row.get("margin"))
+        return [ref / (1 + margin), ref * (1 + margin)] if margin else []
+    if comparison != "ratio":
+        return []
+    out = [ref]
+    for key in ("band_low", "band_high"):
+        v = _num(row.get(key))
+        if v is not None and v > 0 and v != ref:
+            out.append(v)
+    return out
+
+
+def distance_to_edge(row: Mapping[str, Any], log_estimate: float) -> float:
+    """The log distance from an estimate to the nearest edge of the row (`edges`); NaN with none."""
+    logs = [math.log(e) for e in edges(row) if e > 0]
+    return min(abs(log_estimate - e) for e in logs) if logs else math.nan
+
+
+def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
+    """What the committed runs say of one row: the runs that judged it on an interval, their median
+    log estimate and median per-repeat spread (sd = se sqrt(n)), the spread of their estimates
+    between runs (the standard deviation of the log estimates, NaN below 2 runs), and the row
+    itself (its edges) from the newest of them. `reason` when no run gives an interval."""
+    used, why = [], []
+    row: Mapping[str, Any] | None = None
+    for run in sorted(runs, key=lambda r: r.run_id):
+        try:
+            got = row_input(run.summary, claim_id)
+        except NotPoolable as e:
+            why.append(f"{run.run_id[-4:]}: {e}")
+            continue
+        used.append((run.run_id, got))
+        row = claim_row(run.summary, claim_id)
+    if not used:
+        return {"runs": 0, "reason": "no committed run judged it on an interval" + (f" ({why[-1]})" if why else ""),
+                "row": None}
+    logs = np.array([g.log_estimate for _, g in used])
+    sds = np.array([g.std_error * math.sqrt(g.n) for _, g in used])
+    between = float(np.std(logs, ddof=1)) if len(used) > 1 else math.nan
+    return {"runs": len(used), "run_ids": tuple(r for r, _ in used), "log_estimate": float(np.median(logs)),
+            "sd_log": float(np.median(sds)), "between_sd_log": between,
+            "n_seen": int(np.median([g.n for _, g in used])), "row": row, "reason": ""}
+
+
+def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], planned: Mapping[str, int],
+         level: float = LEVEL) -> pd.DataFrame:
+    """One row per ledger row of `rows` (claim id -> the row as the ledger gives it today: its
+    comparison, reference, band and margin, so edges follow today's rules whatever the runs were
+    judged by): its expected estimate and spread from the committed runs (`row_spread`), the
+    distance to its nearest edge, the repeats the rule asks for (`needed`), the repeats the profile
+    plans (`planned[claim_id]`), and `enough` (planned >= needed). `note` says, in words, what a
+    reader should expect: decided, short by how many repeats, or no spread to plan from."""
+    out = []
+    for claim_id, ledger_row in rows.items():
+        s = row_spread(runs, claim_id)
+        have = planned.get(claim_id)
+        rec: dict[str, Any] = {"claim_id": claim_id, "runs": s["runs"], "planned": have, "estimate": math.nan,
+                               "sd_log": math.nan, "between_sd_log": math.nan, "distance_log": math.nan,
+                               "nearest_edge": math.nan, "needed": None, "enough": False, "note": s["reason"]}
+        if s["runs"]:
+            row = ledger_row
+            d = distance_to_edge(row, s["log_estimate"])
+            needed = repeats_for(s["sd_log"], d, level)
+            nearest = min(edges(row), key=lambda e: abs(s["log_estimate"] - math.log(e))) if edges(row) else math.nan
+            rec.update(estimate=math.exp(s["log_estimate"]), sd_log=s["sd_log"], between_sd_log=s["between_sd_log"],
+                       distance_log=d, nearest_edge=nearest, needed=needed,
+                       enough=bool(needed is not None and have is not None and have >= needed))
+            if needed is None:
+                rec["note"] = (f"the expected estimate lies on an edge ({nearest:.3g}): no number of repeats decides it"
+                               if math.isfinite(d) else "no edge to decide against (an absolute row)")
+            elif have is None:
+                rec["note"] = f"needs {needed} repeats; no profile count known"
+            elif have >= needed:
+                rec["note"] = f"{have} planned >= {needed} needed"
+            else:
+                rec["note"] = f"short: {have} planned, {needed} needed"
+            if math.isfinite(rec["between_sd_log"]) and rec["between_sd_log"] > rec["sd_log"]:
+                rec["note"] += (f"; the runs' estimates spread more between boots (sd {rec['between_sd_log']:.3f}) "
+                                f"than repeats within one (sd {rec['sd_log']:.3f}): more repeats narrow one run's "
+                                f"interval, not the spread a new machine should expect")
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

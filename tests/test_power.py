@@ -1,0 +1,82 @@
+"""Repeats set by power (issue 35, item 3): the rule on hand-made spreads, the plan on hand-made
+summaries with known intervals, and the committed table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from harness import findings
+from harness.core import pooling, power
+from harness.reading import power as power_report
+
+
+def test_repeats_follow_the_spread_and_the_distance():
+    """The smallest n whose 90% half-width t(n-1) sd / sqrt(n) is at most half the distance."""
+    n = power.repeats_for(0.10, 0.20)
+    assert power.half_width(0.10, n) <= 0.10 < power.half_width(0.10, n - 1)
+    assert power.repeats_for(0.20, 0.20) > n          # noisier: more repeats
+    assert power.repeats_for(0.10, 0.40) < n          # farther from the edge: fewer
+    assert power.repeats_for(0.10, 0.0) is None       # on the edge: no n decides it
+    assert power.repeats_for(1.0, 0.01) is None       # beyond any budget (N_MAX)
+    assert power.repeats_for(0.0, 0.1) == 2
+
+
+def test_edges_are_where_the_verdict_changes():
+    ratio = {"comparison": "ratio", "reference": 1.0, "band_low": 1.22, "band_high": 1.82}
+    assert power.edges(ratio) == [1.0, 1.22, 1.82]
+    assert power.distance_to_edge(ratio, math.log(1.4)) == pytest.approx(math.log(1.4 / 1.22))
+    assert power.distance_to_edge(ratio, math.log(1.7)) == pytest.approx(math.log(1.82 / 1.7))
+    equivalence = {"comparison": "equivalence", "reference": 1.0, "margin": 0.15}
+    assert power.edges(equivalence) == pytest.approx([1 / 1.15, 1.15])
+    assert power.edges({"comparison": "absolute"}) == []
+    no_figure = {"comparison": "ratio", "reference": 1.0, "band_low": None, "band_high": None}
+    assert power.edges(no_figure) == [1.0]
+
+
+def _summary(claim_id: str, ratio: float, sd: float, n: int, a: str = "{x.a}") -> dict:
+    se = sd / math.sqrt(n)
+    half = float(sps.t.ppf(0.95, n - 1)) * se
+    return {"summary_version": 4, "claims": [{
+        "claim_id": claim_id, "kind": "measurement", "comparison": "ratio", "a": a, "b": "",
+        "estimate": ratio, "ci_low": ratio * math.exp(-half), "ci_high": ratio * math.exp(half), "ci_level": 0.90,
+        "n_used": n, "method": "geometric mean, t-interval on log", "verdict": "reproduced"}]}
+
+
+def test_the_plan_reads_the_runs_spread_and_today_s_edges():
+    runs = [pooling.RunRecord(f"2026120{k}T000000Z-full-000{k}", f"boot-{k}", _summary("x-01", r, 0.2, 5), {})
+            for k, r in enumerate((1.45, 1.55, 1.50))]
+    row = {"claim_id": "x-01", "comparison": "ratio", "reference": 1.0, "band_low": 1.2, "band_high": 2.4,
+           "a": "{x.a}", "b": ""}
+    got = power.plan(runs, {"x-01": row}, {"x-01": 5}).iloc[0]
+    assert got["runs"] == 3 and got["estimate"] == pytest.approx(1.5)
+    assert got["sd_log"] == pytest.approx(0.2)                         # se * sqrt(n), exactly
+    assert got["distance_log"] == pytest.approx(math.log(1.5 / 1.2))
+    assert got["needed"] == power.repeats_for(0.2, math.log(1.5 / 1.2))
+    assert got["enough"] == (5 >= got["needed"]) and str(got["needed"]) in got["note"]
+    on_edge = power.plan(runs, {"x-01": {**row, "band_low": 1.5}}, {"x-01": 5}).iloc[0]
+    assert on_edge["needed"] is None and "on an edge" in on_edge["note"]
+    none = power.plan([], {"x-01": row}, {"x-01": 5}).iloc[0]
+    assert none["runs"] == 0 and "no committed run" in none["note"]
+
+
+def test_a_redefined_row_starts_afresh():
+    run = pooling.RunRecord("20261201T000000Z-full-0001", "b", _summary("x-01", 1.5, 0.2, 5, a="{x.old}"), {})
+    assert not power_report.same_definition(run, {"claim_id": "x-01", "a": "{x.a}", "b": ""})
+    assert power_report.same_definition(run, {"claim_id": "x-01", "a": "{x.old}", "b": ""})
+
+
+def test_the_committed_table_names_every_lesson_and_a_planned_count():
+    table = power_report.power_table()
+    assert list(table["lesson"]) == [lesson.id for lesson in findings.LESSONS]
+    assert list(table["claim_id"]) == [lesson.claims[0] for lesson in findings.LESSONS]
+    assert table["planned"].notna().all()
+    decided = table[table["needed"].notna()]
+    assert len(decided) and (decided["needed"] >= 2).all()
+    doc = power_report.POWER_DOC.read_text()
+    for lesson in findings.LESSONS:
+        assert f"| {lesson.id} | {lesson.claims[0]} |" in doc, lesson.id
+    assert np.all([isinstance(n, str) and n for n in table["note"]])
