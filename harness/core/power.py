@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .pooling import NotPoolable, RunRecord, claim_row, row_input
+from . import num
+from .pooling import NotPoolable, RunRecord, row_input
 
 LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
 N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
@@ -62,15 +63,15 @@ def edges(row: Mapping[str, Any]) -> list[float]:
     """The values at which the row's verdict changes (ratio scale): the reference and the band's
     edges for a ratio row, the margin's edges for an equivalence row; [] for an absolute row."""
     comparison = row.get("comparison")
-    ref = _num(row.get("reference")) or 1.0
+    ref = num.finite(row.get("reference")) or 1.0
     if comparison == "equivalence":
-        margin = _num(row.get("margin"))
+        margin = num.finite(row.get("margin"))
         return [ref / (1 + margin), ref * (1 + margin)] if margin else []
     if comparison != "ratio":
         return []
     out = [ref]
     for key in ("band_low", "band_high"):
-        v = _num(row.get(key))
+        v = num.finite(row.get(key))
         if v is not None and v > 0 and v != ref:
             out.append(v)
     return out
@@ -85,10 +86,9 @@ def distance_to_edge(row: Mapping[str, Any], log_estimate: float) -> float:
 def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
     """What the committed runs say of one row: the runs that judged it on an interval, their median
     log estimate and median per-repeat spread (sd = se sqrt(n)), the spread of their estimates
-    between runs (the standard deviation of the log estimates, NaN below 2 runs), and the row
-    itself (its edges) from the newest of them. `reason` when no run gives an interval."""
+    between runs (the standard deviation of the log estimates, NaN below 2 runs). `reason` when no
+    run gives an interval (the row's edges come from today's ledger: `plan`)."""
     used, why = [], []
-    row: Mapping[str, Any] | None = None
     for run in sorted(runs, key=lambda r: r.run_id):
         try:
             got = row_input(run.summary, claim_id)
@@ -96,16 +96,13 @@ def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
             why.append(f"{run.run_id[-4:]}: {e}")
             continue
         used.append((run.run_id, got))
-        row = claim_row(run.summary, claim_id)
     if not used:
-        return {"runs": 0, "reason": "no committed run judged it on an interval" + (f" ({why[-1]})" if why else ""),
-                "row": None}
+        return {"runs": 0, "reason": "no committed run judged it on an interval" + (f" ({why[-1]})" if why else "")}
     logs = np.array([g.log_estimate for _, g in used])
     sds = np.array([g.std_error * math.sqrt(g.n) for _, g in used])
     between = float(np.std(logs, ddof=1)) if len(used) > 1 else math.nan
     return {"runs": len(used), "run_ids": tuple(r for r, _ in used), "log_estimate": float(np.median(logs)),
-            "sd_log": float(np.median(sds)), "between_sd_log": between,
-            "n_seen": int(np.median([g.n for _, g in used])), "row": row, "reason": ""}
+            "sd_log": float(np.median(sds)), "between_sd_log": between, "reason": ""}
 
 
 def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], planned: Mapping[str, int],
@@ -147,10 +144,3 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
         out.append(rec)
     return pd.DataFrame(out)
 
-
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
