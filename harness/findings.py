@@ -22,6 +22,7 @@ version-1 summary renders as a version-2 one would.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections import Counter
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import num, store
+from .core import num, pooling, store
 from .core.config import REPO_ROOT
 from .core.errors import HarnessError
 from .core.seed_lines import LINES
@@ -41,6 +42,7 @@ from .core.verdicts import (  # noqa: F401 -- verdict_class re-exported
     SIZE_NOT_REPRODUCED,
     verdict_class,
 )
+from .experiments.analysis import metric_name
 
 README = REPO_ROOT / "README.md"
 START = "<!-- findings:start -->"
@@ -62,6 +64,7 @@ class Lesson:
     claims: tuple[str, ...]        # claims ledger rows the lesson rests on
     means: Mapping[str, str]       # verdict class (holds / fails / open) -> one sentence
     figure: str = ""               # the report's small figure for this lesson, if any
+    sides: tuple[str, ...] = ()    # the options claims[0] compares, a then b: shown with their medians
 
 
 LESSONS: tuple[Lesson, ...] = (
@@ -79,7 +82,8 @@ LESSONS: tuple[Lesson, ...] = (
                         "endpoint before rewriting it for throughput.",
                "open": "This run cannot say whether async out-serves a one-thread sync app: do not rest a "
                        "rewrite on the seed's figure alone."},
-        figure="findings_fastapi_staircase"),
+        figure="findings_fastapi_staircase",
+        sides=("async", "sync, 1 thread")),
     Lesson(
         id="000-mixed", seed="000",
         words=("an API written with FastAPI but using synchronous PyMongo can perform worse under load "
@@ -92,7 +96,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here the blocking driver in `async def` was not worse than 40 threads, but it still "
                         "blocks the loop on every call: use `def` or the async driver.",
                "open": "This run cannot rank the two; a sync driver in `async def` still blocks the loop on "
-                       "every call, so use `def` or the async driver."}),
+                       "every call, so use `def` or the async driver."},
+        sides=("sync driver in `async def`", "sync, 40 threads")),
     Lesson(
         id="001-client", seed="001",
         words="Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at shutdown.",
@@ -104,7 +109,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here a client per request cost no more than a shared one; one shared client per "
                         "process is still what the driver is built for.",
                "open": "The cost of a client per request could not be settled in this run; share one client "
-                       "per process regardless."}),
+                       "per process regardless."},
+        sides=("client per request", "shared client")),
     Lesson(
         id="001-bulk", seed="001",
         words=("Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
@@ -117,7 +123,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here insert_many did not beat a loop of insert_one: measure bulk loads on your own "
                         "server before relying on it.",
                "open": "This run cannot size the gain of insert_many; choose `ordered` by what should happen "
-                       "after the first error either way."}),
+                       "after the first error either way."},
+        sides=("insert_one", "insert_many")),
     Lesson(
         id="001-cursor", seed="001",
         words=LINES["001-cursor"],
@@ -144,7 +151,8 @@ LESSONS: tuple[Lesson, ...] = (
                         "counts under your own load before adding one.",
                "open": "This run cannot say whether the semaphore helps: count completions per task under "
                        "your own load, and compare the maximum with the p99."},
-        figure="findings_mongo_pool_starvation"),
+        figure="findings_mongo_pool_starvation",
+        sides=("bare pool", "FIFO semaphore")),
     Lesson(
         id="001-models", seed="001",
         words=LINES["001-models"],
@@ -156,7 +164,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "The async client did not use less CPU per query than threads on this server: "
                         "measure on your real query mix before migrating, as the seed says.",
                "open": "This run cannot rank async against threads on CPU per query: measure on your real "
-                       "query mix before migrating."}),
+                       "query mix before migrating."},
+        sides=("async client", "32 threads")),
     Lesson(
         id="002-cpu", seed="002",
         words=LINES["002-cpu"],
@@ -169,7 +178,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here the models burned about the same CPU at the same throughput; client CPU is "
                         "still what tells a pool-bound service from a client-bound one.",
                "open": "This run cannot rank the models' CPU at the same throughput; record client CPU "
-                       "beside throughput all the same."}),
+                       "beside throughput all the same."},
+        sides=("threads + psycopg", "uvloop + asyncpg")),
     Lesson(
         id="002-pool", seed="002",
         words=LINES["002-pool"],
@@ -183,7 +193,8 @@ LESSONS: tuple[Lesson, ...] = (
                         "of them: find the limiting resource before choosing a model.",
                "open": "This run cannot say whether every model reaches the pool's bound: compare your "
                        "throughput with pool size / database time before choosing a model."},
-        figure="findings_pg_pool_bound"),
+        figure="findings_pg_pool_bound",
+        sides=("slowest model", "fastest model")),
     Lesson(
         id="002-client", seed="002",
         words=LINES["002-client"],
@@ -197,7 +208,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here more connections changed throughput although the client looked CPU-bound: "
                         "check client CPU and the pool before resizing either.",
                "open": "This run cannot say whether more connections help a CPU-bound client: look at client "
-                       "CPU before resizing the pool."}),
+                       "CPU before resizing the pool."},
+        sides=("pool 50", "pool 20")),
     Lesson(
         id="002-tail", seed="002",
         words=LINES["002-tail"],
@@ -209,7 +221,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here the drivers' tails did not differ as the seed's did; measure the p99 of the pool "
                         "and concurrency you will run.",
                "open": "This run cannot rank the drivers' tails: measure the p99 of the pool and concurrency "
-                       "you will run."}),
+                       "you will run."},
+        sides=("asyncpg", "psycopg async")),
     Lesson(
         id="002-decide", seed="002",
         words=LINES["002-limit"],
@@ -221,7 +234,8 @@ LESSONS: tuple[Lesson, ...] = (
                "fails": "Here a larger pool did not let asyncio pull ahead of threads: name the resource that "
                         "limited your benchmark before choosing a model.",
                "open": "This run cannot rank the models with a larger pool: name the resource that limited "
-                       "your benchmark, and test at the pool size you will run."}),
+                       "your benchmark, and test at the pool size you will run."},
+        sides=("asyncio + psycopg", "threads + psycopg")),
 )
 
 FIGURED = {lesson.figure: lesson.id for lesson in LESSONS if lesson.figure}
@@ -246,8 +260,10 @@ def _short_server(server: str) -> str:
     return re.sub(r"\s*\(.*\)\s*$", "", server or "").strip()
 
 
-def figure_text(claim: Mapping[str, Any]) -> str:
-    """This study's figure: estimate [interval] (level, repeats used of run)."""
+def figure_text(claim: Mapping[str, Any], at_verdict: tuple[float, float, float] | None = None) -> str:
+    """This study's figure: estimate [interval] (level, repeats used of run); with `at_verdict`
+    (`pooling.verdict_interval`: the interval at the level the adjusted verdict was decided at), that
+    interval beside it."""
     est = num.finite(claim.get("estimate"))
     if est is None:   # nothing to estimate from: say how many repeats ran, and what limited them
         notes = [f"n=0 of {claim['n_ran']}"] if claim.get("n_ran") else []
@@ -265,7 +281,47 @@ def figure_text(claim: Mapping[str, Any]) -> str:
         text += f" [{num.sig3(lo)}, {num.sig3(hi)}] ({level:.0%}, {n})"
     else:
         text += f" (no interval, {n})"
+    if at_verdict is not None:
+        v_lo, v_hi, v_level = at_verdict
+        text += f"; [{num.sig3(v_lo)}, {num.sig3(v_hi)}] at the verdict's {_pct(v_level)}"
     return text
+
+
+def _pct(level: float) -> str:
+    """A confidence level to the decimals that tell it from 100%: 90%, 99.4%, 99.97%."""
+    digits = max(0, math.ceil(-math.log10(1 - level)) - 1) if level < 1 else 6
+    return f"{100 * level:.{digits}f}".rstrip("0").rstrip(".") + "%"
+
+
+def _units(summary: Mapping[str, Any]) -> dict[str, str]:
+    """{dotted figure name (the ledger's): unit} from the summary's metrics."""
+    out = {}
+    for m in summary.get("metrics", []) or []:
+        if isinstance(m, Mapping) and m.get("experiment") and m.get("metric"):
+            name = metric_name(str(m["experiment"]), str(m.get("variant") or ""), str(m["metric"]))
+            out[name] = UNIT_SHOWN.get(str(m.get("unit") or ""), str(m.get("unit") or ""))
+    return out
+
+
+UNIT_SHOWN = {"us": "µs", "ratio": "", "count": ""}
+_ONE_FIGURE = re.compile(r"^\{([A-Za-z0-9_.\[\]=,]+)\}$")
+
+
+def sides_text(claim: Mapping[str, Any], lesson: Lesson, units: Mapping[str, str]) -> str:
+    """The two options the lesson's row compares, each with its median over repeats and unit: what a
+    reader deciding between them weighs, beside the ratio the verdict judges. Empty when the row is
+    not a comparison of two single figures, or this run has no medians for it."""
+    if len(lesson.sides) != 2:
+        return ""
+    a, b = num.finite(claim.get("a_median")), num.finite(claim.get("b_median"))
+    if a is None or b is None:
+        return ""
+    parts = []
+    for label, value, expr in zip(lesson.sides, (a, b), (claim.get("a"), claim.get("b"))):
+        m = _ONE_FIGURE.match(str(expr or "").strip())
+        unit = units.get(m.group(1), "") if m else ""
+        parts.append(f"{label} {num.sig3(value)}{(' ' + unit) if unit else ''}")
+    return "medians: " + " against ".join(parts)
 
 
 def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> list[dict[str, Any]]:
@@ -275,19 +331,23 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
     by_id: dict[str, Mapping[str, Any]] = {}
     for c in summary.get("claims", []):
         by_id.setdefault(str(c.get("claim_id")), c)   # the first row per claim (the run's interpreter)
+    units = _units(summary)
     out = []
     for lesson in lessons:
         head = by_id.get(lesson.claims[0])
         verdict = str(head.get("verdict") or NOT_MEASURED) if head else NOT_MEASURED
         counts = Counter(str(by_id[c].get("verdict") or NOT_MEASURED) if c in by_id else NOT_MEASURED
                          for c in lesson.claims)
+        at_verdict = _verdict_interval(summary, lesson.claims[0]) if head else None
         out.append({
             "lesson": lesson.id, "seed": lesson.seed, "words": lesson.words,
             "seed_figure": lesson.seed_figure, "measure": lesson.measure, "claim": lesson.claims[0],
-            "figure": figure_text(head) if head else "—",
+            "figure": figure_text(head, at_verdict) if head else "—",
             "estimate": num.finite(head.get("estimate")) if head else None,
             "ci_low": num.finite(head.get("ci_low")) if head else None,
             "ci_high": num.finite(head.get("ci_high")) if head else None,
+            "at_verdict": at_verdict,
+            "sides": sides_text(head, lesson, units) if head else "",
             "server": _short_server(str(head.get("server") or "")) if head else "",
             "verdict": verdict, "verdict_raw": str(head.get("verdict_raw") or verdict) if head else verdict,
             "rows": dict(counts), "n_rows": len(lesson.claims),
@@ -295,6 +355,13 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
             "report_figure": lesson.figure,
         })
     return out
+
+
+def _verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, float, float] | None:
+    try:
+        return pooling.verdict_interval(summary, claim_id)
+    except pooling.NotPoolable:   # the row appears once per interpreter: no single interval to widen
+        return None
 
 
 def _rows_text(counts: Mapping[str, int], n: int) -> str:
@@ -308,30 +375,121 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> str:
-    """The findings as one markdown table (no trailing newline)."""
-    lines = ["| seed | the seed's lesson, in its words | the seed's figure | this study: estimate [interval] "
-             "(level, repeats), server | verdict | what it means for your code |",
-             "|---|---|---|---|---|---|"]
+def pooled_text(p: Mapping[str, Any] | None) -> str:
+    """A lesson's primary row pooled across boots (`pooling.pooled_lessons`, one row of its frame):
+    the pooled estimate with the 90% prediction interval for a new run, and how many runs agree."""
+    if p is None or not p.get("k"):
+        return "— (no committed run of these versions gives an interval)"
+    if not p.get("pooled"):
+        return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
+    text = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over {p['k']} boots"
+    if p.get("pi_low") is not None:
+        text += f"; a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction)"
+    else:
+        text += f"; no prediction interval ({p.get('pi_reason') or 'it needs 3 boots'})"
+    return f"{text}; **{p['verdict']}**, {p['agree_text']}"
+
+
+def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT) -> dict[str, Mapping[str, Any]]:
+    """Each lesson's primary row pooled over the committed runs (data/reference and data/history) of
+    the newest run's experiment versions and rules, one run per boot (`pooling.pooled_lessons`)."""
+    frame = pooling.pooled_lessons(pooling.committed_runs(root), [lesson.claims[0] for lesson in lessons])
+    return {str(r["claim_id"]): r for r in frame.to_dict("records")}
+
+
+def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
+                 pooled: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The findings as one markdown table (no trailing newline); with `pooled` (`committed_pooled`),
+    a column of each lesson pooled across boots."""
+    head = ["seed", "the seed's lesson, in its words", "the seed's figure",
+            "this run: estimate [interval] (level, n), the options side by side, server", "verdict"]
+    if pooled is not None:
+        head.append("across boots: pooled [interval], a new run's range, runs that agree")
+    head.append("what it means for your code")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in lesson_rows(summary, lessons):
-        study = f"{r['figure']}: {r['measure']}" + (f" — {r['server']}" if r["server"] else "")
+        study = (f"{r['figure']}: {r['measure']}" + (f"; {r['sides']}" if r["sides"] else "")
+                 + (f" — {r['server']}" if r["server"] else ""))
         verdict = f"**{r['verdict']}**" + _rows_text(r["rows"], r["n_rows"])
-        lines.append("| " + " | ".join(_cell(x) for x in (
-            r["seed"], r["words"], r["seed_figure"], study, verdict, r["means"])) + " |")
+        cells = [r["seed"], r["words"], r["seed_figure"], study, verdict]
+        if pooled is not None:
+            cells.append(pooled_text(pooled.get(r["claim"])))
+        cells.append(r["means"])
+        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(lines)
 
 
-def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> str:
-    """What goes between the README's markers: a line naming the run, then the table."""
+TERMS = (
+    "Terms. *Ledger row*: one seed claim as `harness/core/claims_ledger.csv` states it before any run (the "
+    "lesson's verdict is its first row's; the count beside it covers all its rows). *Band*: the range of "
+    "sizes that reproduces the seed's figure, [seed / f, seed × f] with f = min(2, √seed), or an "
+    "equivalence margin for a seed figure near 1. *Direction*: which way the seed says the effect goes; "
+    "*size not reproduced* means it goes that way but lies outside the band. *Premise*: the regime a row "
+    "needs (e.g. no model CPU-bound), measured in each repeat; *premise not met* means the run never "
+    "reached it. *n*: repeats used (of those run). The first interval is the 90% interval over repeats that "
+    "the band is held against; the second (\"at the verdict's 99.8%\") is the same interval at the level "
+    "at which Holm's adjustment decided the verdict: a verdict is decisive only when that interval clears "
+    "the null (or, for an equivalence row, lies inside its margin). "
+    "*Across boots*: the committed runs of the same experiment versions, one per boot, pooled by a "
+    "random-effects meta-analysis (METHODS); the prediction interval is where a new run on a machine of "
+    "this kind should land."
+)
+
+PG_MODELS = (("threads_psycopg", "threads + psycopg"), ("asyncio_psycopg", "asyncio + psycopg"),
+             ("asyncio_asyncpg", "asyncio + asyncpg"), ("uvloop_asyncpg", "uvloop + asyncpg"))
+PG_FIGURES = (("rps", "throughput (req/s)"), ("cpu_us_per_req", "client CPU per request (µs)"),
+              ("p99_ms", "p99 (ms)"))
+
+
+def models_table(summary: Mapping[str, Any], variant: str = "fast.pool20") -> str:
+    """Seed 002's four client models side by side in one regime (fast queries, pool 20 by default):
+    throughput, client CPU per request and p99, each the geometric mean over repeats with its 95%
+    interval (shown, not judged: the figures an engineer choosing a model weighs). Empty when the run
+    has none of them."""
+    got: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for m in summary.get("metrics", []) or []:
+        if isinstance(m, Mapping) and m.get("experiment") == "pg_models":
+            got[(str(m.get("variant")), str(m.get("metric")))] = m
+    rows = []
+    for model, label in PG_MODELS:
+        cells = []
+        for metric, _ in PG_FIGURES:
+            m = got.get((f"{variant}.{model}", metric))
+            est = num.finite(m.get("estimate")) if m else None
+            if est is None:
+                cells.append("—")
+                continue
+            lo, hi = num.finite(m.get("ci_low")), num.finite(m.get("ci_high"))
+            cells.append(f"{num.sig3(est)}" + (f" [{num.sig3(lo)}, {num.sig3(hi)}]" if lo is not None and hi is not None
+                                                 else "") + f" (n={m.get('n_repeats')})")
+        if any(c != "—" for c in cells):
+            rows.append("| " + " | ".join([label, *cells]) + " |")
+    if not rows:
+        return ""
+    head = "| model | " + " | ".join(label for _, label in PG_FIGURES) + " |"
+    return "\n".join([head, "|" + "---|" * (len(PG_FIGURES) + 1), *rows])
+
+
+def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
+                 pooled: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """What goes between the README's markers: a line naming the run, the table, its terms, and seed
+    002's four models side by side."""
     run_id = summary.get("run_id") or "unknown run"
     method = (summary.get("multiple_comparisons") or {}).get("method")
     version = summary.get("upgraded_from") or summary.get("summary_version", "?")
     note = (f"Generated by `python -m harness.findings --write-readme` from run `{run_id}`'s `summary.json` "
-            f"(summary version {version}). Each verdict is its lesson's first ledger row's"
+            f"(summary version {version})" + (" and the committed runs' summaries" if pooled is not None else "")
+            + ". Each verdict is its lesson's first ledger row's"
             + ((", after Holm's correction over the lessons' rows" if method.startswith("holm (primary")
                 else f", after {method[:1].upper() + method[1:]}'s correction") if method else "")
             + "; intervals are over repeats ([docs/METHODS.md](docs/METHODS.md)).")
-    return f"{START}\n{note}\n\n{render_table(summary, lessons)}\n{END}"
+    parts = [START, note, "", render_table(summary, lessons, pooled), "", TERMS]
+    models = models_table(summary)
+    if models:
+        parts += ["", "Seed 002's four client models side by side on this machine, fast queries, pool 20 (geometric "
+                  "means over repeats, 95% intervals; shown, not judged): the figures to weigh when choosing one.",
+                  "", models]
+    return "\n".join([*parts, END])
 
 
 # -- the README ---------------------------------------------------------------------------------
@@ -368,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         summary = store.load_summary(_source(args.summary))
-        block = render_block(summary)
+        block = render_block(summary, pooled=committed_pooled())
         readme = Path(args.readme)
         if args.write_readme or args.check:
             text = readme.read_text(encoding="utf-8")

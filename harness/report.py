@@ -58,6 +58,8 @@ CELL_TIMEOUT_S = 900                           # one cell; the notebooks only re
 REMOVE_CELL_TAGS = {"parameters", "injected-parameters", "remove_cell"}
 REMOVE_INPUT_TAGS = {"hide_input"}
 _EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>\s*", re.I)
+_EMBEDDED_IMAGE = re.compile(r"<img src=\"data:image/")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 
 
 @dataclass(frozen=True)
@@ -302,11 +304,46 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
     # require.js and MathJax come from a CDN by default; the report uses neither, and it must open
     # offline, exactly as archived.
     body = _EXTERNAL_SCRIPT.sub("", body)
+    body = with_alt_text(body, figure_descriptions(nb))
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = destination.with_name(destination.name + ".tmp")
     tmp.write_text(body, encoding="utf-8")
     os.replace(tmp, destination)
     return destination
+
+
+def figure_descriptions(nb: nbformat.NotebookNode) -> list[str]:
+    """One text per image the HTML will show, in order: the heading and first sentence of the
+    markdown cell before the image's cell (each figure's section says what it shows), for the
+    image's alt text. Cells the export removes (`REMOVE_CELL_TAGS`) show no image and are skipped."""
+    out, context, shown = [], "Figure", 0
+    for cell in nb.cells:
+        if REMOVE_CELL_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        if cell.cell_type == "markdown":
+            text = "".join(cell.source) if isinstance(cell.source, list) else cell.source
+            lines = [x.strip() for x in text.splitlines() if x.strip()]
+            heading = next((x.lstrip("#").strip() for x in lines if x.startswith("#")), "")
+            prose = " ".join(x for x in lines if not x.startswith(("#", "|", "<")))
+            sentence = re.split(r"(?<=\.)\s", prose, maxsplit=1)[0] if prose else ""
+            plain = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", f"{heading}. {sentence}")
+            context, shown = (plain.strip(" .:") or context)[:300], 0
+        elif cell.cell_type == "code":
+            for o in cell.get("outputs", []):
+                if any(k in (o.get("data") or {}) for k in IMAGE_TYPES):
+                    shown += 1
+                    out.append(f"Figure: {context}" + (f" (figure {shown} of this section)" if shown > 1 else ""))
+    return out
+
+
+def with_alt_text(body: str, descriptions: list[str]) -> str:
+    """`body` with an alt attribute on each embedded image, from `figure_descriptions` in order.
+    nbconvert's template writes none. When the counts differ (a template that shows images
+    differently), the images keep nbconvert's markup rather than take another figure's text."""
+    if len(_EMBEDDED_IMAGE.findall(body)) != len(descriptions):
+        return body
+    texts = iter(descriptions)
+    return _EMBEDDED_IMAGE.sub(lambda _: f'<img alt="{html.escape(next(texts), quote=True)}" src="data:image/', body)
 
 
 def _without_data_only_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:

@@ -21,13 +21,15 @@ FERRETDB = "FerretDB v1.24.2 on PostgreSQL 15.18 (reports server version 7.0.42)
 
 def _claim(claim_id: str, verdict: str, estimate: float | None, lo: float | None, hi: float | None, *,
            seed_unit: str = "x (a / b)", comparison: str = "ratio", n_used: int = 10, n_ran: int = 10,
-           ci_level: float = 0.95, server: str = FERRETDB) -> dict:
-    """One claim row in summary.json's version-2 shape."""
+           ci_level: float = 0.95, server: str = FERRETDB, p_value: float = 0.01,
+           p_adjusted: float = 0.01) -> dict:
+    """One claim row in summary.json's version-2 shape (p_adjusted = p_value by default: an adjustment
+    that did not widen the verdict's interval)."""
     return {"claim_id": claim_id, "seed": claim_id[:3], "kind": "measurement", "comparison": comparison,
             "section": "", "sentence": "", "verdict": verdict, "verdict_raw": verdict, "seed_value": 1.0,
             "seed_unit": seed_unit, "a_median": None, "b_median": None, "estimate": estimate, "ci_low": lo,
             "ci_high": hi, "ci_level": ci_level, "n_used": n_used, "n_ran": n_ran, "reason": "",
-            "p_value": 0.01, "p_adjusted": 0.02, "detectable": None, "band_low": None, "band_high": None,
+            "p_value": p_value, "p_adjusted": p_adjusted, "detectable": None, "band_low": None, "band_high": None,
             "margin": None, "reference": 1.0, "direction": ">", "premise": "", "bottleneck_measured": "",
             "machine_dependent": False, "server": server, "interpreter": "CPython 3.11.7", "missing": ""}
 
@@ -167,6 +169,68 @@ def test_the_markdown_table_has_one_row_per_lesson_and_names_the_run():
     assert "MongoDB 8" not in block
 
 
+def test_the_interval_at_the_verdicts_level_clears_the_null_exactly_when_the_verdict_is_decisive():
+    """A 90% interval wholly below 1 whose row Holm left `inconclusive` (adjusted p 0.16) is shown
+    beside the interval at the level the adjusted test used, which reaches past 1; the same row
+    with an adjusted p under 5% keeps that interval below 1."""
+    def row(p_adjusted: float, verdict: str) -> dict:
+        claim = _claim("000-mixed-01", verdict, 0.518, 0.451, 0.596, n_used=3, n_ran=3, ci_level=0.90,
+                       p_value=0.0026, p_adjusted=p_adjusted)
+        return {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(_summary([claim])))}["000-mixed"]
+
+    undone = row(0.164, "inconclusive")
+    lo, hi, level = undone["at_verdict"]
+    assert lo < 0.451 and hi > 1 > 0.596 and level == pytest.approx(1 - 0.10 * 0.0026 / 0.164)
+    assert undone["figure"].startswith("×0.518 [0.451, 0.596] (90%, n=3); [") and "at the verdict's 99.84%" \
+        in undone["figure"]
+    kept = row(0.026, "direction, no seed figure")
+    lo, hi, level = kept["at_verdict"]
+    assert lo < 0.451 and hi < 1 and level == pytest.approx(0.99)
+    assert row(0.0026, "direction, no seed figure")["at_verdict"] is None   # not widened: none shown
+
+
+def test_each_lesson_shows_its_two_options_with_their_medians_and_units():
+    claim = _claim("002-fast20-15", "reproduced", 2.71, 2.46, 2.99, server="PostgreSQL 15.18")
+    claim.update(a="{pg_models.fast.pool20.asyncio_asyncpg.p99_ms}", b="{pg_models.fast.pool20.asyncio_psycopg.p99_ms}",
+                 a_median=671.0, b_median=244.0)
+    summary = _summary([claim])
+    summary["metrics"] = [{"experiment": "pg_models", "variant": f"fast.pool20.{m}", "metric": "p99_ms", "unit": "ms"}
+                          for m in ("asyncio_asyncpg", "asyncio_psycopg")]
+    tail = {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(summary))}["002-tail"]
+    assert tail["sides"] == "medians: asyncpg 671 ms against psycopg async 244 ms"
+    assert "; medians: asyncpg 671 ms against psycopg async 244 ms — PostgreSQL 15.18" in findings.render_table(summary)
+
+
+def test_the_four_models_side_by_side_come_from_the_runs_metrics():
+    metrics = [{"experiment": "pg_models", "variant": f"fast.pool20.{model}", "metric": metric, "estimate": est,
+                "ci_low": est * 0.9, "ci_high": est * 1.1, "n_repeats": 10}
+               for model, base in (("threads_psycopg", 866.0), ("uvloop_asyncpg", 1828.0))
+               for metric, est in (("rps", base), ("cpu_us_per_req", 1e6 / base), ("p99_ms", base / 3))]
+    table = findings.models_table({"metrics": metrics})
+    lines = table.splitlines()
+    assert lines[0] == "| model | throughput (req/s) | client CPU per request (µs) | p99 (ms) |"
+    assert lines[2] == ("| threads + psycopg | 866 [779, 953] (n=10) | 1,155 [1,039, 1,270] (n=10) "
+                        "| 289 [260, 318] (n=10) |")
+    assert lines[3].startswith("| uvloop + asyncpg | 1,828 [") and len(lines) == 4   # models not run: no row
+    assert findings.models_table({"metrics": []}) == ""
+
+
+def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
+    assert findings.pooled_text(None).startswith("— (no committed run")
+    one = {"k": 1, "pooled": False, "runs": ("20990101T000000Z-full-abcd",)}
+    assert findings.pooled_text(one) == "1 run (abcd): its own interval; pooling needs runs from 2 boots"
+    three = {"k": 3, "pooled": True, "estimate": 2.5, "ci_low": 2.1, "ci_high": 3.0, "pi_low": 1.6, "pi_high": 3.9,
+             "verdict": "reproduced", "agree_text": "3 of 3 runs agree"}
+    assert findings.pooled_text(three) == ("2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9 (90% prediction); "
+                                          "**reproduced**, 3 of 3 runs agree")
+    two = {**three, "k": 2, "pi_low": None, "pi_reason": "a prediction interval needs 3 runs"}
+    assert "no prediction interval (a prediction interval needs 3 runs)" in findings.pooled_text(two)
+    block = findings.render_block(store.upgrade_summary(SYNTHETIC), pooled={"001-pool-13": three})
+    row = next(x for x in block.splitlines() if x.startswith("| 001 | Verify: under a load test"))
+    assert "| 2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9" in row
+    assert all(len(re.findall(r"(?<!\\)\|", x)) == 8 for x in block.splitlines() if x.startswith("| "))
+
+
 def test_a_version_1_summary_is_read_through_the_upgrade():
     v1 = {"summary_version": 1, "run_id": "old", "metrics": [],
           "claims": [{"claim_id": "001-client-01", "kind": "measurement", "comparison": "ratio",
@@ -222,7 +286,7 @@ def test_the_readme_findings_match_the_reference_run():
     ref = findings.reference_summary(REPO_ROOT / "data")
     if ref is None:
         pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
-    block = findings.render_block(store.load_summary(ref))
+    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled())
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert findings.readme_block(readme) == block, \
         f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"

@@ -312,3 +312,40 @@ def test_a_redefined_row_does_not_pool_with_its_old_definition():
             ("20261203T000000Z-full-cccc", "b3", _summary("c", 15.0))]
     r = pooled_lessons(runs, ["001-pool-13"], match="rules").iloc[0]
     assert r["k"] == 2 and r["dropped_other_key"] == 1 and "aaaa" not in " ".join(r["runs"])
+
+
+def test_a_run_already_read_makes_the_same_record_as_its_directory():
+    run_dir = _committed_dirs()[-1]
+    from harness.core import store
+    summary, manifest = store.load_summary(run_dir), store.load_manifest(run_dir)
+    assert pooling.record(summary, manifest, run_dir.name) == pooling.read_run(run_dir)
+
+
+# -- the forest plot (harness.reading.forest) -------------------------------------------------------
+
+def test_a_forest_plot_draws_each_run_the_pooled_diamond_and_the_prediction_interval():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.reading import forest
+
+    runs = [(f"2026120{i}T000000Z-full-{c * 4}", f"b{i}", _summary(c, est))
+            for i, (c, est) in enumerate((("a", 7.9), ("b", 11.0), ("c", 17.1)), 1)]
+    pooled = pooled_lessons(runs, ["001-pool-13"]).iloc[0].to_dict()
+    row = {**runs[0][2]["claims"][0], "band_low": 55.0, "band_high": 220.0}
+    fig, ax = plt.subplots()
+    forest.draw(ax, pooled, row, "001-pool")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[:3] == ["aaaa (90%, n=10)", "bbbb (90%, n=10)", "cccc (90%, n=10)"]
+    assert labels[3:] == ["pooled, 3 boots", "a new run (90%)"]
+    assert ax.get_xscale() == "log" and pooled["verdict"] in ax.get_xlabel()
+    assert forest.band_of(row) == (55.0, 220.0)
+    assert forest.band_of({"comparison": "equivalence", "margin": 0.15, "reference": 1.0}) == \
+        pytest.approx((1 / 1.15, 1.15))
+    assert forest.band_of({"comparison": "ratio"}) is None
+    fig2, empty = plt.subplots()
+    forest.draw(empty, None, None, "002-cpu")
+    assert not empty.axison and "no run gives an interval" in [t.get_text() for t in empty.texts]
+    plt.close(fig)
+    plt.close(fig2)

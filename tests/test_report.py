@@ -166,6 +166,11 @@ def test_html_report_renders_its_figures_in_chromium(built, tmp_path):
     for tag in imgs:
         src = re.search(r'\bsrc="([^"]*)"', tag)
         assert src and src.group(1).startswith("data:image/"), f"image not embedded: {tag[:200]}"
+        alt = re.search(r'\balt="([^"]+)"', tag)
+        assert alt and alt.group(1).startswith("Figure: "), f"an image without alt text: {tag[:200]}"
+    # nothing a kernel wrote to stderr (a warning such as "Tight layout not applied") shows in the page
+    stderr = re.findall(r'data-mime-type="application/vnd.jupyter.stderr"[^>]*>(.*?)</div>', dom, re.S)
+    assert not stderr, f"the report shows {len(stderr)} stderr output(s), first: {_text(stderr[0])[:300]}"
     for path in report.notebooks():
         assert path.name in dom, f"{path.name} is missing from the report"
     listed = dom.split('id="notebooks-run"', 1)

@@ -336,6 +336,31 @@ def interval_from(log_estimate: float, std_error: float, n: int, level: float) -
     return math.exp(log_estimate - half), math.exp(log_estimate + half)
 
 
+def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, float, float] | None:
+    """The row's interval at the level its verdict was decided at, after the multiple-comparison
+    adjustment: (low, high, level), or None when no adjustment widened it (no adjusted p, or a row
+    that gives no t-interval: `row_input`'s reasons).
+
+    A judged row's one-sided test at alpha = (1 - L) / 2 (L = its interval's level, 0.90) is decisive
+    after the adjustment when p_adjusted < alpha, that is when p < alpha * p / p_adjusted: the
+    adjustment tests this row at alpha' = alpha * p / p_adjusted (for Holm, alpha divided by the
+    row's step-down multiplier). The interval at level 1 - 2 alpha' therefore excludes the null (or,
+    for an equivalence row, lies inside the margin) exactly when the adjusted verdict is decisive:
+    the interval a reader can hold the verdict against, where the 90% interval (which the band is
+    held against) may lie wholly on one side of the null and still read `inconclusive`."""
+    row = claim_row(summary, claim_id)
+    p, p_adjusted = _num(row.get("p_value")), _num(row.get("p_adjusted"))
+    if p is None or p_adjusted is None or not 0 < p < p_adjusted:
+        return None
+    try:
+        got = row_input(summary, claim_id)
+    except NotPoolable:
+        return None
+    level = 1 - (1 - got.level) * p / p_adjusted
+    lo, hi = interval_from(got.log_estimate, got.std_error, got.n, level)
+    return lo, hi, level
+
+
 # -- a verdict across runs -------------------------------------------------------------------------
 
 def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
@@ -395,16 +420,19 @@ class RunRecord:
 def read_run(directory: Path | str) -> RunRecord:
     """A run directory's manifest.json and summary.json as a RunRecord, both read through the
     store's upgrades (`store.load_manifest`, `store.load_summary`, which keeps the stored summary
-    version as `upgraded_from`): boot id from `environment.machine.boot_id`, versions from
-    `experiments.<name>.version`. A one-line HarnessError for a file that cannot be read."""
+    version as `upgraded_from`). A one-line HarnessError for a file that cannot be read."""
     d = Path(directory)
-    summary = store.load_summary(d)
-    manifest: Mapping[str, Any] = store.load_manifest(d)
+    return record(store.load_summary(d), store.load_manifest(d), d.name)
+
+
+def record(summary: Mapping[str, Any], manifest: Mapping[str, Any], fallback_id: str = "") -> RunRecord:
+    """A run already read (its upgraded summary and manifest) as a RunRecord: boot id from
+    `environment.machine.boot_id`, versions from `experiments.<name>.version`."""
     machine = (manifest.get("environment") or {}).get("machine") or {}
     exps = manifest.get("experiments") or {}
     versions = {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
     recorded = versions if any(versions.values()) else None
-    return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or d.name),
+    return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or fallback_id),
                      boot_id=machine.get("boot_id") or None, summary=summary, versions=recorded,
                      profile=manifest.get("profile"))
 
@@ -440,7 +468,7 @@ def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:
     return key
 
 
-def _short(run_id: str) -> str:
+def short_id(run_id: str) -> str:
     return run_id.rsplit("-", 1)[-1]
 
 
@@ -512,7 +540,7 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     chosen = sorted(by_boot.values(), key=lambda u: u[0].run_id)
     rec["dropped_same_boot"] = len(same) - len(chosen)
     ids = [u[0].run_id for u in chosen]
-    labels = [_short(i) for i in ids]
+    labels = [short_id(i) for i in ids]
     result = pool([u[2].log_estimate for u in chosen], [u[2].std_error for u in chosen], labels,
                   method=method, level=level, dfs=[u[2].n - 1 for u in chosen])
     if not result.pooled:
@@ -529,7 +557,7 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     classes = {verdict_class(v) for v in verdicts.values()}
     if len(classes) > 1:
         rec["disagreement"] = ("single-run verdicts disagree across boots: "
-                               + "; ".join(f"{_short(i)} {v} ({verdict_class(v)})" for i, v in verdicts.items()))
+                               + "; ".join(f"{short_id(i)} {v} ({verdict_class(v)})" for i, v in verdicts.items()))
     per_run = []
     for i, (run, _row, ri) in zip(ids, chosen):
         lo_i, hi_i = interval_from(ri.log_estimate, ri.std_error, ri.n, ri.level)

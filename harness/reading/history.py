@@ -91,7 +91,8 @@ def lessons_history_text(records: list[dict[str, Any]], pool_by: str = "version"
     lines = ["lessons across runs: the figure of each lesson's first ledger row, and its verdict "
              "(as the README's findings table; v1: a summary before Holm's correction)"]
     per_run = [{r["lesson"]: r for r in findings.lesson_rows(rec["summary"])} for rec in records]
-    frame = pooling.pooled_lessons([pooling.read_run(rec["run"].path) for rec in records if "run" in rec],
+    frame = pooling.pooled_lessons([pooling.record(rec["summary"], rec["run"].manifest, rec["run"].id)
+                                    for rec in records if "run" in rec],
                                    [lesson.claims[0] for lesson in findings.LESSONS], match=pool_by)
     pooled = {r["claim_id"]: r for r in frame.to_dict("records")}
     n_moved = 0
