@@ -343,6 +343,7 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
             "lesson": lesson.id, "seed": lesson.seed, "words": lesson.words,
             "seed_figure": lesson.seed_figure, "measure": lesson.measure, "claim": lesson.claims[0],
             "figure": figure_text(head, at_verdict) if head else "—",
+            "figure_plain": figure_text(head) if head else "—",      # without the verdict's-level interval
             "estimate": num.finite(head.get("estimate")) if head else None,
             "ci_low": num.finite(head.get("ci_low")) if head else None,
             "ci_high": num.finite(head.get("ci_high")) if head else None,

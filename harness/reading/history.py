@@ -113,7 +113,7 @@ def lessons_history_text(records: list[dict[str, Any]], pool_by: str = "version"
                     marks.append("apart")
             n_moved += bool({"MOVED", "OPPOSED"} & set(marks))
             v1 = " v1" if rec["summary"].get("upgraded_from") == 1 else ""
-            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {readout.clip(r['figure'], 44):44} "
+            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {readout.clip(r['figure_plain'], 44):44} "
                          f"{r['verdict'] + v1:22} {' '.join(marks)}".rstrip())
             prev = r
         if prev is None:
