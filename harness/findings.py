@@ -423,7 +423,7 @@ def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS
 TERMS = (
     "Terms. *Ledger row*: one seed claim as `harness/core/claims_ledger.csv` states it before any run (the "
     "lesson's verdict is its first row's; the count beside it covers all its rows). *Band*: the range of "
-    "sizes that reproduces the seed's figure, [seed / f, seed × f] with f = min(2, √seed), or an "
+    "sizes that reproduces the seed's figure, [seed / f, seed × f] with f = min(2, √max(seed, 1/seed)), or an "
     "equivalence margin for a seed figure near 1. *Direction*: which way the seed says the effect goes; "
     "*size not reproduced* means it goes that way but lies outside the band. *Premise*: the regime a row "
     "needs (e.g. no model CPU-bound), measured in each repeat; *premise not met* means the run never "

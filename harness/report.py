@@ -58,7 +58,8 @@ CELL_TIMEOUT_S = 900                           # one cell; the notebooks only re
 REMOVE_CELL_TAGS = {"parameters", "injected-parameters", "remove_cell"}
 REMOVE_INPUT_TAGS = {"hide_input"}
 _EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>\s*", re.I)
-_EMBEDDED_IMAGE = re.compile(r"<img src=\"data:image/")
+_EMBEDDED_IMAGE = re.compile(r"<img\b([^>]*\bsrc=\"data:image/[^>]*)>")
+_ALT = re.compile(r"\s*\balt=\"[^\"]*\"")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 
 
@@ -337,13 +338,18 @@ def figure_descriptions(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def with_alt_text(body: str, descriptions: list[str]) -> str:
-    """`body` with an alt attribute on each embedded image, from `figure_descriptions` in order.
-    nbconvert's template writes none. When the counts differ (a template that shows images
-    differently), the images keep nbconvert's markup rather than take another figure's text."""
+    """`body` with each embedded image's alt attribute set from `figure_descriptions`, in order
+    (nbconvert writes none, or "No description has been provided for this image"). When the counts
+    differ (a template that shows images differently), the images keep nbconvert's markup rather
+    than take another figure's text."""
     if len(_EMBEDDED_IMAGE.findall(body)) != len(descriptions):
         return body
     texts = iter(descriptions)
-    return _EMBEDDED_IMAGE.sub(lambda _: f'<img alt="{html.escape(next(texts), quote=True)}" src="data:image/', body)
+
+    def described(m: re.Match[str]) -> str:
+        attributes = _ALT.sub("", m.group(1))
+        return f'<img alt="{html.escape(next(texts), quote=True)}"{attributes}>'
+    return _EMBEDDED_IMAGE.sub(described, body)
 
 
 def _without_data_only_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:

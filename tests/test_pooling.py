@@ -349,3 +349,18 @@ def test_a_forest_plot_draws_each_run_the_pooled_diamond_and_the_prediction_inte
     assert not empty.axison and "no run gives an interval" in [t.get_text() for t in empty.texts]
     plt.close(fig)
     plt.close(fig2)
+
+
+def test_a_newest_run_without_an_interval_is_not_replaced_by_older_runs_of_other_code():
+    """The newest run measured the row but met no premise: older runs of another version do not
+    stand in for it (the README's pooled column would name a run of other code)."""
+    unmet = _summary("n", 8.0)
+    unmet["claims"][0].update(verdict="premise not met", estimate=None, ci_low=None, ci_high=None, n_used=0)
+    runs = [pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", _summary("a", 9.0), {"mongo_pool": "v1"}),
+            pooling.RunRecord("20261201T010000Z-full-bbbb", "boot-2", _summary("b", 8.0), {"mongo_pool": "v1"}),
+            pooling.RunRecord("20261203T000000Z-full-cccc", "boot-3", unmet, {"mongo_pool": "v2"})]
+    r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
+    assert r["k"] == 0 and r["dropped_other_key"] == 2 and "newest run" in r["pi_reason"]
+    assert "20261203T000000Z-full-cccc" in r["not_poolable"]
+    older = pooled_lessons(runs[:2], ["001-pool-13"]).iloc[0]
+    assert older["k"] == 2 and older["pooled"]       # without the newer run, the two pool as before

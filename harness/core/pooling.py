@@ -50,7 +50,9 @@ repeats than `n_used`), a row not measured, a premise not met.
 Which runs pool (`pooled_lessons`). For each ledger row: runs that measured it (a row `not measured
 in this run` is not counted at all) with a boot id (a run without one cannot be told apart from
 another on the same boot: left out, counted); among those whose row is poolable, only the runs
-whose *key* equals the newest such run's: the verdict rules (the summary's format version: 1 = before
+whose *key* equals that of the newest run that measured the row (also when that run's own row gives
+no interval, e.g. `premise not met`: then nothing pools, rather than older runs of other code
+standing in for it): the verdict rules (the summary's format version: 1 = before
 issue 22, 95% intervals and no Holm adjustment; 2 and 3 after), the row's own definition (its `a`
 and `b`: a row whose figures were redefined measures something else), the profile,
 and with `match="version"` (the default) the experiment versions (`manifest.json`'s
@@ -523,15 +525,22 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
             usable.append((run, row, row_input(run.summary, claim_id)))
         except NotPoolable as e:
             failed.append((run, row, str(e)))
-    if not usable:
+    measured = sorted([(u[0], u[1]) for u in usable] + [(f[0], f[1]) for f in failed], key=lambda m: m[0].run_id)
+    if not measured:
         rec["pi_reason"] = "no run gives an interval for this row"
-        rec["not_poolable"] = {r.run_id: why for r, _, why in failed}
         return rec
-    newest_run, newest_row, _ = usable[-1]
+    # the newest run that measured the row sets the key, also when its own row gives no interval:
+    # older runs of other versions never stand in for it
+    newest_run, newest_row = measured[-1]
     key = _key(newest_run, newest_row, match)
     rec["key"] = key
     rec["comparison"] = newest_row.get("comparison")
     same = [u for u in usable if _key(u[0], u[1], match) == key]
+    if not same:
+        rec["pi_reason"] = "no run of the newest run's key gives an interval for this row"
+        rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
+        rec["dropped_other_key"] = len(usable)
+        return rec
     rec["dropped_other_key"] = len(usable) - len(same)
     rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
     by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}

@@ -113,7 +113,8 @@ def lessons_history_text(records: list[dict[str, Any]], pool_by: str = "version"
                     marks.append("apart")
             n_moved += bool({"MOVED", "OPPOSED"} & set(marks))
             v1 = " v1" if rec["summary"].get("upgraded_from") == 1 else ""
-            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {readout.clip(r['figure_plain'], 44):44} "
+            figure = readout.clip(r["figure_plain"], 44)
+            lines.append(f"  {'#' + str(i):4} {rec['commit']:7} {rec['machine']:3} {figure:44} "
                          f"{r['verdict'] + v1:22} {' '.join(marks)}".rstrip())
             prev = r
         if prev is None:
@@ -129,7 +130,7 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
     """A lesson's row pooled across boots (harness.core.pooling: the runs of the newest run's
     experiment versions and rules, one per boot), in one or two lines under its runs."""
     if p is None or not p.get("k"):
-        return ["  pooled: no run gives an interval for this row"]
+        return [f"  pooled: {(p or {}).get('pi_reason') or 'no run gives an interval for this row'}"]
     if not p["pooled"]:
         return [f"  pooled: one run of these experiment versions and rules ({readout.clip(str(p['runs'][-1]), 40)}): "
                 f"its own interval stands; a pooled estimate needs runs from 2 boots, a prediction interval 3"]
