@@ -149,8 +149,15 @@ def test_departures_split_client_above_its_own_cores(reference):
     w0 = split.iloc[0]
     own = len(str(w0["client_cpus"]).split(","))
 
+    cores = run_cores(reference)
+
     def edit(df: pd.DataFrame) -> pd.DataFrame:
-        df.loc[(df["repeat"] == w0["repeat"]) & (df["variant"] == w0["variant"]), "cpu_s"] = 1.5 * own * w0["wall_s"]
+        # half a core more than its own cores, inside the machine's inequality (client + server <=
+        # machine <= cores x wall), so that only the client's own cores can reject it
+        at = (df["repeat"] == w0["repeat"]) & (df["variant"] == w0["variant"])
+        df.loc[at, "cpu_s"] = (own + 0.5) * w0["wall_s"]
+        df.loc[at, "server_cpu_s"] = 0.1 * w0["wall_s"]
+        df.loc[at, "machine_busy_s"] = cores * w0["wall_s"]
         return df
 
     w = departures.windows(_Edited(reference, "departures", "windows", edit))
