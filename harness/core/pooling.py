@@ -511,6 +511,7 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
                dropped_other_key=0, dropped_no_boot=0, not_poolable={}, notes=(), disagreement="", pi_reason="")
     usable: list[tuple[RunRecord, Mapping[str, Any], RowInput]] = []
     failed: list[tuple[RunRecord, Mapping[str, Any], str]] = []
+    newest: tuple[RunRecord, Mapping[str, Any]] | None = None
     for run in runs:
         try:
             row = claim_row(run.summary, claim_id)
@@ -521,28 +522,26 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
         if not run.boot_id:
             rec["dropped_no_boot"] += 1
             continue
+        newest = (run, row)     # runs come oldest first
         try:
             usable.append((run, row, row_input(run.summary, claim_id)))
         except NotPoolable as e:
             failed.append((run, row, str(e)))
-    measured = sorted([(u[0], u[1]) for u in usable] + [(f[0], f[1]) for f in failed], key=lambda m: m[0].run_id)
-    if not measured:
+    if newest is None:
         rec["pi_reason"] = "no run gives an interval for this row"
         return rec
     # the newest run that measured the row sets the key, also when its own row gives no interval:
     # older runs of other versions never stand in for it
-    newest_run, newest_row = measured[-1]
+    newest_run, newest_row = newest
     key = _key(newest_run, newest_row, match)
     rec["key"] = key
     rec["comparison"] = newest_row.get("comparison")
     same = [u for u in usable if _key(u[0], u[1], match) == key]
-    if not same:
-        rec["pi_reason"] = "no run of the newest run's key gives an interval for this row"
-        rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
-        rec["dropped_other_key"] = len(usable)
-        return rec
     rec["dropped_other_key"] = len(usable) - len(same)
     rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
+    if not same:
+        rec["pi_reason"] = "no run of the newest run's key gives an interval for this row"
+        return rec
     by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}
     for u in same:              # oldest first: the latest run of each boot stays
         by_boot[str(u[0].boot_id)] = u
