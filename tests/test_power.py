@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness import findings
+from harness import claims, findings
 from harness.core import pooling, power
 from harness.reading import power as power_report
 
@@ -46,21 +46,41 @@ def _summary(claim_id: str, ratio: float, sd: float, n: int, a: str = "{x.a}") -
         "n_used": n, "method": "geometric mean, t-interval on log", "verdict": "reproduced"}]}
 
 
-def test_the_plan_reads_the_runs_spread_and_today_s_edges():
+def test_the_plan_reads_the_runs_spread_and_holds_the_null_to_holm_s_level():
+    """`needed` is set by the null at the level Holm decides at, not by the band's edge (which only
+    chooses between two decisive words): a row whose band edge is nearer than its null plans from
+    the null, and a stricter level asks for more repeats."""
     runs = [pooling.RunRecord(f"2026120{k}T000000Z-full-000{k}", f"boot-{k}", _summary("x-01", r, 0.2, 5), {})
             for k, r in enumerate((1.45, 1.55, 1.50))]
-    row = {"claim_id": "x-01", "comparison": "ratio", "reference": 1.0, "band_low": 1.2, "band_high": 2.4,
+    row = {"claim_id": "x-01", "comparison": "ratio", "reference": 1.0, "band_low": 1.4, "band_high": 2.4,
            "a": "{x.a}", "b": ""}
-    got = power.plan(runs, {"x-01": row}, {"x-01": 5}).iloc[0]
+    level = power.decision_level(24)
+    got = power.plan(runs, {"x-01": row}, {"x-01": 5}, level).iloc[0]
     assert got["runs"] == 3 and got["estimate"] == pytest.approx(1.5)
     assert got["sd_log"] == pytest.approx(0.2)                         # se * sqrt(n), exactly
-    assert got["distance_log"] == pytest.approx(math.log(1.5 / 1.2))
-    assert got["needed"] == power.repeats_for(0.2, math.log(1.5 / 1.2))
+    assert got["distance_log"] == pytest.approx(math.log(1.5))          # to the null, not to 1.4
+    assert got["nearest_edge"] == 1.0 and got["band_edge"] == 1.4
+    assert got["needed"] == power.repeats_for(0.2, math.log(1.5), level)
+    assert got["needed"] > power.repeats_for(0.2, math.log(1.5))        # Holm's level asks for more
+    assert got["band_repeats"] == power.repeats_for(0.2, math.log(1.5 / 1.4))
+    assert got["band_repeats"] > got["needed"]                           # ... and the band does not set it
     assert got["enough"] == (5 >= got["needed"]) and str(got["needed"]) in got["note"]
-    on_edge = power.plan(runs, {"x-01": {**row, "band_low": 1.5}}, {"x-01": 5}).iloc[0]
-    assert on_edge["needed"] is None and "on an edge" in on_edge["note"]
+    on_edge = power.plan(runs, {"x-01": {**row, "reference": 1.5}}, {"x-01": 5}, level).iloc[0]
+    assert on_edge["needed"] is None and "on or too near its edge" in on_edge["note"]
     none = power.plan([], {"x-01": row}, {"x-01": 5}).iloc[0]
     assert none["runs"] == 0 and "no committed run" in none["note"]
+
+
+def test_the_decision_level_is_holm_s_strictest_step():
+    """A one-sided p below alpha / m is exactly the two-sided 1 - 2 alpha / m interval clearing the null."""
+    assert power.decision_level(1) == pytest.approx(0.90)
+    assert power.decision_level(24) == pytest.approx(1 - 0.1 / 24)
+    n, sd, d = 6, 0.2, 0.3
+    p = float(sps.t.sf(d / (sd / math.sqrt(n)), n - 1))
+    tests = 24
+    cleared = d > power.half_width(sd, n, power.decision_level(tests))
+    assert cleared == (p < 0.05 / tests)
+    assert power_report.primary_tests(claims.load()) == 24
 
 
 def test_a_redefined_row_starts_afresh():
@@ -76,6 +96,9 @@ def test_the_committed_table_names_every_lesson_and_a_planned_count():
     assert table["planned"].notna().all()
     decided = table[table["needed"].notna()]
     assert len(decided) and (decided["needed"] >= 2).all()
+    assert (table["level"] == power.decision_level(power_report.primary_tests(claims.load()))).all()
+    short = table[~table["enough"].astype(bool)]
+    assert all("inconclusive" in note or "edge" in note or "no committed" in note for note in short["note"])
     doc = power_report.POWER_DOC.read_text()
     for lesson in findings.LESSONS:
         assert f"| {lesson.id} | {lesson.claims[0]} |" in doc, lesson.id

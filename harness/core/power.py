@@ -9,6 +9,16 @@ be decided when the interval is narrow beside the distance from the expected est
 nearest such edge. THE RULE (written before the next reference run): a row's repeats are enough
 when h(n) <= half that distance, d / 2; `repeats_for` gives the smallest such n.
 
+At which level (`decision_level`). A lesson is decided when its primary row's null test (the
+reference of a ratio row, the margin of an equivalence row) survives Holm's adjustment over the
+primary family's one-sided tests (harness.claims.adjust): whatever the other rows' p-values, a row
+whose one-sided p is below alpha / m (m tests) survives it, and that is the two-sided interval at
+1 - 2 alpha / m clearing the edge. The plan holds the null edge to that level (the first
+version held it to the unadjusted 90%, and 000-sync-async, "3 planned >= 3 needed", read
+`inconclusive` in 3683 at Holm's level). The band's edges only choose between two decisive words
+(`reproduced` when the 90% interval overlaps the band, `size not reproduced` when it lies wholly
+outside): they are shown (`band_edge`, `band_repeats`) and do not set `needed`.
+
 Where the numbers come from (`row_spread`). Every committed run that judged the row on an interval
 gives its log estimate, its standard error se and its n (`pooling.row_input`: the interval inverted
 exactly); its per-repeat spread is sd = se sqrt(n). The expected estimate is the median of the runs'
@@ -34,6 +44,7 @@ from scipy import stats as sps
 
 from . import num
 from .pooling import NotPoolable, RunRecord, row_input
+from .stats import ALPHA
 
 LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
 N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
@@ -59,6 +70,27 @@ def repeats_for(sd_log: float, distance_log: float, level: float = LEVEL, n_max:
     return None
 
 
+def decision_level(tests: int, alpha: float = ALPHA) -> float:
+    """The two-sided level whose interval clears the null exactly when a one-sided p is below
+    alpha / tests: Holm's first (strictest) step over `tests` one-sided tests, which decides a row
+    whatever the others' p-values; LEVEL (no adjustment) for a single test."""
+    return 1 - 2 * alpha / max(1, tests)
+
+
+def null_edges(row: Mapping[str, Any]) -> list[float]:
+    """Where the row stops being decided (ratio scale): the reference of a ratio row, the margin's
+    edges of an equivalence row; [] for an absolute row."""
+    comparison = row.get("comparison")
+    if comparison == "ratio":
+        return [num.finite(row.get("reference")) or 1.0]
+    return edges(row) if comparison == "equivalence" else []
+
+
+def _distance(log_estimate: float, to: Iterable[float]) -> float:
+    logs = [math.log(e) for e in to if e > 0]
+    return min(abs(log_estimate - e) for e in logs) if logs else math.nan
+
+
 def edges(row: Mapping[str, Any]) -> list[float]:
     """The values at which the row's verdict changes (ratio scale): the reference and the band's
     edges for a ratio row, the margin's edges for an equivalence row; [] for an absolute row."""
@@ -79,8 +111,7 @@ def edges(row: Mapping[str, Any]) -> list[float]:
 
 def distance_to_edge(row: Mapping[str, Any], log_estimate: float) -> float:
     """The log distance from an estimate to the nearest edge of the row (`edges`); NaN with none."""
-    logs = [math.log(e) for e in edges(row) if e > 0]
-    return min(abs(log_estimate - e) for e in logs) if logs else math.nan
+    return _distance(log_estimate, edges(row))
 
 
 def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
@@ -110,37 +141,45 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
     """One row per ledger row of `rows` (claim id -> the row as the ledger gives it today: its
     comparison, reference, band and margin, so edges follow today's rules whatever the runs were
     judged by): its expected estimate and spread from the committed runs (`row_spread`), the
-    distance to its nearest edge, the repeats the rule asks for (`needed`), the repeats the profile
-    plans (`planned[claim_id]`), and `enough` (planned >= needed). `note` says, in words, what a
-    reader should expect: decided, short by how many repeats, or no spread to plan from."""
+    distance to the edge where it stops being decided (`null_edges`), the repeats the rule asks for
+    at `level` (`needed`; `decision_level` for a family adjusted by Holm), the repeats the profile
+    plans (`planned[claim_id]`), and `enough` (planned >= needed). The band's nearest edge and the
+    repeats that tell `reproduced` from `size not reproduced` at the 90% level are shown beside
+    (`band_edge`, `band_repeats`). `note` says, in words, what a reader should expect: decided,
+    short by how many repeats, or no spread to plan from."""
     out = []
-    for claim_id, ledger_row in rows.items():
+    for claim_id, row in rows.items():
         s = row_spread(runs, claim_id)
         have = planned.get(claim_id)
         rec: dict[str, Any] = {"claim_id": claim_id, "runs": s["runs"], "planned": have, "estimate": math.nan,
                                "sd_log": math.nan, "between_sd_log": math.nan, "distance_log": math.nan,
-                               "nearest_edge": math.nan, "needed": None, "enough": False, "note": s["reason"]}
+                               "nearest_edge": math.nan, "needed": None, "enough": False, "level": level,
+                               "band_edge": math.nan, "band_repeats": None, "note": s["reason"]}
         if s["runs"]:
-            row = ledger_row
-            d = distance_to_edge(row, s["log_estimate"])
+            est = s["log_estimate"]
+            d = _distance(est, null_edges(row))
             needed = repeats_for(s["sd_log"], d, level)
-            nearest = min(edges(row), key=lambda e: abs(s["log_estimate"] - math.log(e))) if edges(row) else math.nan
-            rec.update(estimate=math.exp(s["log_estimate"]), sd_log=s["sd_log"], between_sd_log=s["between_sd_log"],
+            nearest = min(null_edges(row), key=lambda e: abs(est - math.log(e))) if null_edges(row) else math.nan
+            band = [e for e in edges(row) if e not in null_edges(row)]
+            rec.update(estimate=math.exp(est), sd_log=s["sd_log"], between_sd_log=s["between_sd_log"],
                        distance_log=d, nearest_edge=nearest, needed=needed,
                        enough=bool(needed is not None and have is not None and have >= needed))
+            if band:
+                rec["band_edge"] = min(band, key=lambda e: abs(est - math.log(e)))
+                rec["band_repeats"] = repeats_for(s["sd_log"], _distance(est, band), LEVEL)
             if needed is None:
-                rec["note"] = (f"the expected estimate lies on an edge ({nearest:.3g}): no number of repeats decides it"
-                               if math.isfinite(d) else "no edge to decide against (an absolute row)")
+                rec["note"] = (f"the expected estimate lies on or too near its edge ({nearest:.3g}) for any number of "
+                               f"repeats up to {N_MAX} to decide it" if math.isfinite(d)
+                               else "no edge to decide against (an absolute row)")
             elif have is None:
                 rec["note"] = f"needs {needed} repeats; no profile count known"
             elif have >= needed:
                 rec["note"] = f"{have} planned >= {needed} needed"
             else:
-                rec["note"] = f"short: {have} planned, {needed} needed"
+                rec["note"] = f"short: {have} planned, {needed} needed: expect `inconclusive`"
             if math.isfinite(rec["between_sd_log"]) and rec["between_sd_log"] > rec["sd_log"]:
                 rec["note"] += (f"; the runs' estimates spread more between boots (sd {rec['between_sd_log']:.3f}) "
                                 f"than repeats within one (sd {rec['sd_log']:.3f}): more repeats narrow one run's "
                                 f"interval, not the spread a new machine should expect")
         out.append(rec)
     return pd.DataFrame(out)
-

@@ -87,7 +87,7 @@ class FastapiLocust(Experiment):
     drivers = ("uvloop", "fastapi", "starlette", "uvicorn", "anyio", "locust")
     notebook = "04_fastapi_locust.ipynb"
     failure_tolerance = 0.01               # overload is the subject: a cell fails above 1% failures
-    repeats = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
+    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 3}   # full: docs/POWER.md (000 needs 4-5)
     headline = (Metric("max_rps", "req/s", "higher"), Metric("median_ms", "ms", "lower"),
                 Metric("p95_ms", "ms", "lower"), Metric("failure_rate", "ratio", "lower"),
                 # neither better: it grows with throughput; per request, lower is better

@@ -66,7 +66,7 @@ class ClientPerRequest(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "iterations": 10, "warmup_s": 0.1,
                           "drivers": ("pymongo",), "loops": ("asyncio",)}}
 
-    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 6, "seed": 10}   # full: docs/POWER.md (001-client needs 4)
     analysis = "harness.experiments.mongo.analysis"
     family = "mongo"
     ceiling = "python_cpu"

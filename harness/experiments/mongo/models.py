@@ -78,7 +78,7 @@ class ThreadsVsAsyncio(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.3, "warmup_s": 0.1,
                           "thread_counts": (4,), "tasks": 20, "pool_size": 4, "drivers": ("pymongo",),
                           "loops": ("asyncio",), "pool_sweep": (2, 8)}}
-    repeats = {"smoke": 1, "quick": 1, "full": 5, "seed": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 9, "seed": 10}   # full: docs/POWER.md (001-models needs 9)
     analysis = "harness.experiments.mongo.analysis"
     family = "mongo"
     ceiling = "python_cpu"

@@ -72,7 +72,7 @@ class PoolFairness(Experiment):
                 "smoke": {"documents": DOCUMENTS["smoke"], "tasks": 20, "pool_size": 4, "large_pool_size": 20,
                           "duration_s": 0.3, "warmup_s": 0.1, "drivers": ("pymongo",)}}
 
-    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 6, "seed": 10}   # full: docs/POWER.md (001-pool needs 4)
     analysis = "harness.experiments.mongo.analysis"
     family = "mongo"
     ceiling = "python_cpu"

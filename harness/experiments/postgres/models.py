@@ -199,7 +199,7 @@ class PgModels(Experiment):
                   "bound_pools": (4,), "bound_pilot_s": 0.4,
                   "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0},
     }
-    repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
+    repeats = {"smoke": 1, "quick": 1, "full": 8, "seed": 10}   # full: docs/POWER.md (002-cpu, -tail need 6)
     analysis = "harness.experiments.postgres.analysis"
     family = "postgres"
     ceiling = "pgbench"
