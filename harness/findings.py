@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import num, pooling, store
+from .core import ledger, num, pooling, store
 from .core.config import REPO_ROOT
 from .core.errors import HarnessError
 from .core.seed_lines import LINES
@@ -304,7 +304,6 @@ def _units(summary: Mapping[str, Any]) -> dict[str, str]:
 
 
 UNIT_SHOWN = {"us": "µs", "ratio": "", "count": ""}
-_ONE_FIGURE = re.compile(r"^\{([A-Za-z0-9_.\[\]=,]+)\}$")
 
 
 def sides_text(claim: Mapping[str, Any], lesson: Lesson, units: Mapping[str, str]) -> str:
@@ -318,8 +317,8 @@ def sides_text(claim: Mapping[str, Any], lesson: Lesson, units: Mapping[str, str
         return ""
     parts = []
     for label, value, expr in zip(lesson.sides, (a, b), (claim.get("a"), claim.get("b"))):
-        m = _ONE_FIGURE.match(str(expr or "").strip())
-        unit = units.get(m.group(1), "") if m else ""
+        name = ledger.single_ref(expr)
+        unit = units.get(name, "") if name else ""
         parts.append(f"{label} {num.sig3(value)}{(' ' + unit) if unit else ''}")
     return "medians: " + " against ".join(parts)
 

@@ -114,6 +114,16 @@ def test_expression_language_rejects_anything_but_arithmetic():
     assert e.refs == ("x.y.max_ms", "param:x.n.min")
 
 
+def test_a_single_figure_and_the_experiments_an_expression_reads():
+    from harness.core import ledger, pooling
+
+    assert ledger.single_ref(" {pg_models.bound.pool20.rps} ") == "pg_models.bound.pool20.rps"
+    for not_one in ("{a.b.c} / {a.b.d}", "2 * {a.b.c}", "", None):
+        assert ledger.single_ref(not_one) is None, not_one
+    row = {"a": "{pg_models.slow.pool20.rps} / {param:pg_ceiling.clients}", "b": "{mongo_pool.bare.p50_ms}"}
+    assert pooling.experiments_read(row) == ("mongo_pool", "pg_ceiling", "pg_models")
+
+
 # -- verdicts on synthetic per-repeat figures -------------------------------------------------------
 
 # 8 repeats: enough for a row judged on the count of repeats (8 of 8 on one side: sign test p = 1/256)

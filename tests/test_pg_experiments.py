@@ -17,7 +17,7 @@ from harness.experiments.postgres import analysis as postgres
 from harness.experiments.postgres.models import pool_bound_regime
 from harness.experiments.postgres.workload import MODELS, regime_name
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(600)   # the first test may wait for the session's smoke run (~300 s)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,8 @@ def test_pg_models_analysis(models_run, tmp_path):
         assert 0 < r["jain"] <= 1 and r["ops_per_client_min"] >= 1
         assert r["limit"] in ("pool", "client CPU", "machine CPU", "not identified")
         assert math.isclose(r["pool_busy_frac"], win["pool_held_s"] / (win["pool"] * win["wall_s"]))
+        assert math.isclose(r["pool_query_frac"], win["pool_query_s"] / (win["pool"] * win["wall_s"]))
+        assert 0 < r["pool_query_frac"] <= r["pool_busy_frac"] + 1e-9 <= 1 + 1e-9   # statements run while held
         mine = models_run[2]["samples"].query("variant == @r.variant")
         # held = hand-over to release: at least the queries' own span (hold_s), at most the latency
         assert mine["hold_s"].mean() * 1000 <= r["held_ms"] <= mine["latency_s"].mean() * 1000
@@ -136,7 +138,8 @@ def test_pg_models_analysis(models_run, tmp_path):
             for pool in p.pools:
                 base = f"pg_models.{regime_name(slow)}.pool{pool}.{model}"
                 for q in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "cpu_pct", "cpu_wait_pct",
-                          "littles_law_ms", "held_ms", "held_over_db_time", "pool_busy_frac"):
+                          "littles_law_ms", "held_ms", "held_over_db_time", "pool_busy_frac",
+                          "pool_query_frac"):
                     assert f"{base}.{q}" in m
     assert f"pg_models.slow.pool{p.pools[0]}.rps_min" in m
     assert f"pg_models.bound.pool{p.bound_pools[0]}.rps_min" in m
@@ -288,6 +291,29 @@ def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():
     log[1] = (1, 10.0, 11.3, 10.2, 10.9, "b", "")
     assert held_in_window(log, 10.0, 12.0) == pytest.approx(0.5 + 0.8 + 0.4 + 0.5)
     assert held_in_window([], 10.0, 12.0) == 0.0
+
+
+def test_the_statements_share_leaves_out_the_hand_over_the_client_has_not_picked_up():
+    """issue 32: an asyncpg pool with clients always waiting reads `pool_busy_frac` 1.0 whatever
+    limits; the share of the pool's time running statements falls below 1 as soon as the
+    connections wait on the client between requests, and stays at 1 only when they do not."""
+    from harness.experiments.postgres.workload import held_in_window, queried_in_window
+    # one connection, a 1 s window, a request every 0.25 s: the client's code resumes with the
+    # connection (t_acq) and runs its statements for 0.15 s (to t_rel); the connection then waits
+    # 0.1 s for the next client to resume, while the releasing one reads its clock (t1) only after that
+    log = []
+    for k in range(-1, 4):
+        t_acq = 10.1 + 0.25 * k
+        log.append((k, t_acq - 1.0, t_acq + 0.35, t_acq, t_acq + 0.15, "a", ""))
+    assert held_in_window(log, 10.0, 11.0) == pytest.approx(1.0)          # the client's view: always in use
+    assert queried_in_window(log, 10.0, 11.0) == pytest.approx(4 * 0.15)   # running statements 60%
+    back_to_back = [(k, 9.0, 10.0 + 0.25 * (k + 1), 10.0 + 0.25 * k, 10.0 + 0.25 * (k + 1), "a", "")
+                    for k in range(4)]
+    assert queried_in_window(back_to_back, 10.0, 11.0) == pytest.approx(1.0)
+    failed = [(0, 9.0, 10.5, math.nan, math.nan, None, "x")]
+    assert queried_in_window(failed, 10.0, 11.0) == 0.0
+    reason = postgres.limiting_resource("asyncio_asyncpg", 60, 100, 60.0, 50, 150.0, 2, 0.0, 1.0, 1.6, 0.6)[1]
+    assert "kept by the client 100%" in reason and "running the client's statements 60%" in reason
 
 
 @pytest.mark.parametrize("model,cpu,wait,expected", [

@@ -149,6 +149,18 @@ def refs(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.strip() for m in _REF.findall(text or "")))
 
 
+def single_ref(text: Any) -> str | None:
+    """The reference name when the expression is exactly one figure (`{a.b.c}`), else None."""
+    names = refs(str(text or ""))
+    return names[0] if len(names) == 1 and _REF.fullmatch(str(text).strip()) else None
+
+
+def experiment_of(name: str) -> str:
+    """The experiment a reference reads: `pg_models` of `pg_models.bound.pool20.rps` and of
+    `param:pg_models.clients`."""
+    return name.removeprefix("param:").split(".", 1)[0]
+
+
 @lru_cache(maxsize=4096)
 def parse(text: str, allow_variables: tuple[str, ...] = _VARIABLES) -> Expression:
     """Parse and check an expression; raises ExpressionError naming what is wrong."""

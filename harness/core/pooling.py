@@ -88,7 +88,7 @@ from scipy import stats as sps
 from scipy.optimize import brentq
 from statsmodels.stats.meta_analysis import combine_effects
 
-from . import store
+from . import ledger, num, store
 from .verdicts import (
     DIRECTION_NO_FIGURE,
     EQUIVALENT,
@@ -107,7 +107,6 @@ METHODS = {"pm": "Paule-Mandel", "dl": "DerSimonian-Laird"}
 MATCHES = ("version", "rules", "profile")
 MIN_FOR_PI = 3
 ROOT = Path(__file__).resolve().parents[2]   # harness/core/pooling.py
-_REF = re.compile(r"\{\s*(?:param:)?([A-Za-z_][A-Za-z0-9_]*)\.")
 _PROFILE = re.compile(r"^\d{8}T\d{6}Z-([A-Za-z0-9_]+)-[0-9a-f]+$")
 
 
@@ -258,16 +257,6 @@ def rules_version(summary: Mapping[str, Any]) -> int:
     return int(summary.get("upgraded_from") or summary.get("summary_version") or 1)
 
 
-def _num(x: Any) -> float | None:
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def claim_row(summary: Mapping[str, Any], claim_id: str) -> Mapping[str, Any]:
     """The summary's claims row `claim_id`. NotPoolable when it is absent or appears more than once
     (several interpreters: pool one interpreter's rows at a time)."""
@@ -295,16 +284,16 @@ def row_input(summary: Mapping[str, Any], claim_id: str) -> RowInput:
     row = claim_row(summary, claim_id)
     v1 = rules_version(summary) == 1
     verdict = str(row.get("verdict") or "")
-    est = _num(row.get("estimate", row.get("value")))
-    lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
-    n_num = _num(row.get("n_used") if row.get("n_used") is not None else row.get("n"))
+    est = num.finite(row.get("estimate", row.get("value")))
+    lo, hi = num.finite(row.get("ci_low")), num.finite(row.get("ci_high"))
+    n_num = num.finite(row.get("n_used") if row.get("n_used") is not None else row.get("n"))
     n = int(n_num) if n_num is not None else 0
-    level = _num(row.get("ci_level")) or (V1_LEVEL if v1 else None)
+    level = num.finite(row.get("ci_level")) or (V1_LEVEL if v1 else None)
     method = str(row.get("method") or "")
     why = f"({verdict or 'no verdict'})"
     if est is None:
         raise NotPoolable(f"no estimate {why}")
-    if method.startswith("median") or (_num(row.get("bound")) is not None and not v1):
+    if method.startswith("median") or (num.finite(row.get("bound")) is not None and not v1):
         raise NotPoolable(f"judged on counts (sign test): a median with no interval on the figure {why}")
     if lo is None or hi is None:
         raise NotPoolable(f"no interval {why}" + (f": {n} repeat" if n < 2 else ""))
@@ -351,7 +340,7 @@ def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, 
     the interval a reader can hold the verdict against, where the 90% interval (which the band is
     held against) may lie wholly on one side of the null and still read `inconclusive`."""
     row = claim_row(summary, claim_id)
-    p, p_adjusted = _num(row.get("p_value")), _num(row.get("p_adjusted"))
+    p, p_adjusted = num.finite(row.get("p_value")), num.finite(row.get("p_adjusted"))
     if p is None or p_adjusted is None or not 0 < p < p_adjusted:
         return None
     try:
@@ -372,9 +361,9 @@ def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
     if comparison == "absolute":
         return NOT_COMPARABLE
     lo, hi = math.exp(log_ci[0]), math.exp(log_ci[1])
-    ref = _num(row.get("reference")) or 1.0
+    ref = num.finite(row.get("reference")) or 1.0
     if comparison == "equivalence":
-        margin = _num(row.get("margin"))
+        margin = num.finite(row.get("margin"))
         if margin is None or not margin > 0:
             return INCONCLUSIVE
         low_m, high_m = ref / (1 + margin), ref * (1 + margin)
@@ -390,7 +379,7 @@ def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
         return NOT_REPRODUCED
     if not seed_side:
         return INCONCLUSIVE
-    band_lo, band_hi = _num(row.get("band_low")), _num(row.get("band_high"))
+    band_lo, band_hi = num.finite(row.get("band_low")), num.finite(row.get("band_high"))
     if band_lo is None or band_hi is None:
         return DIRECTION_NO_FIGURE
     if hi < band_lo or lo > band_hi:
@@ -455,8 +444,8 @@ def _as_record(x: RunRecord | Sequence[Any]) -> RunRecord:
 
 def experiments_read(row: Mapping[str, Any]) -> tuple[str, ...]:
     """The experiments whose figures a ledger row reads (its `a` and `b` expressions)."""
-    names = _REF.findall(f"{row.get('a') or ''} {row.get('b') or ''}")
-    return tuple(sorted(set(names)))
+    names = ledger.refs(f"{row.get('a') or ''} {row.get('b') or ''}")
+    return tuple(sorted({ledger.experiment_of(n) for n in names}))
 
 
 def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:

@@ -50,6 +50,13 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   client's view: a connection handed to a client that the loop has not yet run counts as in use.
   Which resource limits is read against capacity at the connection instead: pool_bound_frac, the
   share of the pool's connection time the server spent on requests (`limiting_resource`).
+- pool_query_frac: the share of the pool's connection time in which a client was running its
+  statements, pool_query_s / (pool x wall) (`workload.queried_in_window`: from the client's code
+  resuming with the connection to the last statement's return, clipped to the window; NaN for runs
+  recorded before it). The same for every driver: it leaves out the hand-over a client has not yet
+  picked up and the release, so pool_busy_frac - pool_query_frac is the share of the pool's time
+  the connections waited on the client between requests (an asyncpg connection given to a task
+  the loop has not yet resumed). Below 1 whenever the connections sit idle or wait on the client.
 - littles_law_ms = clients / rps * 1000: the mean latency Little's law predicts for a closed loop
   with no think time; littles_law_ratio = mean_ms / littles_law_ms (1 = consistent), checked in
   every window: littles_law_tolerance = LITTLE_BAND (0.03, what the window's edges and the time
@@ -132,14 +139,15 @@ LABEL_READS: dict[str, tuple[str, ...]] = {
     "client cpu": ("cpu_pct", "cpu_wait_pct", "cpu_us_per_req", "machine_cpu_pct"),
     "machine cpu": ("machine_cpu_pct", "cpu_pct", "server_cpu_pct", "other_cpu_pct"),
     "not identified": ("rps", "pool_bound_rps", "pool_bound_frac", "cpu_pct", "cpu_wait_pct", "machine_cpu_pct",
-                       "server_cpu_pct", "pool_busy_frac"),
+                       "server_cpu_pct", "pool_busy_frac", "pool_query_frac"),
 }
 
 
 def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: float,
                       server_cpu_pct: float, machine_cpu_pct: float, n_cores: int,
                       wait_pct: float = math.nan, pool_busy_frac: float = math.nan,
-                      held_over_db_time: float = math.nan) -> tuple[str, str]:
+                      held_over_db_time: float = math.nan,
+                      pool_query_frac: float = math.nan) -> tuple[str, str]:
     """The seed's decision rule, then one measured step of ours, in this order: (limit, reason).
 
     pool        throughput >= 90% of pool / db_time (the seed's rule)
@@ -181,8 +189,10 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                                f"{cpu_pct:.0f}%, server {server_cpu_pct:.0f}%")
     server = "unknown" if math.isnan(server_cpu_pct) else f"{server_cpu_pct:.0f}%"
     if pool_busy_frac >= BUSY:
-        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window but busy "
-                                  f"at the server {frac:.0%} (each held {held_over_db_time:.2f}x its database "
+        running = ("" if math.isnan(pool_query_frac) else
+                   f", running the client's statements {pool_query_frac:.0%}")
+        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window{running} but "
+                                  f"busy at the server {frac:.0%} (each held {held_over_db_time:.2f}x its database "
                                   f"time): they waited on the client; client {cpu_pct:.0f}%, server {server}, "
                                   f"machine {busy:.0f}% of {100 * n_cores}%")
     busy_pool = "" if math.isnan(pool_busy_frac) else f", connections in use {pool_busy_frac:.0%}"
@@ -242,8 +252,9 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
         held_ms = 1000.0 * float((ok["latency_s"] - ok["wait_s"]).mean()) if len(ok) else math.nan
         held_over_db = held_ms / (db_time * 1000.0) if db_time > 0 else math.nan
         pool_busy = w.get("pool_held_s", math.nan) / (w["pool"] * w["wall_s"])
+        pool_query = w.get("pool_query_s", math.nan) / (w["pool"] * w["wall_s"])
         limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
-                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db)
+                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db, pool_query)
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
             "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
@@ -254,6 +265,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
             "db_time_ms": db_time * 1000.0, "pool_bound_rps": pool_bound,
             "pool_bound_frac": rps / pool_bound if pool_bound else math.nan,
             "held_ms": held_ms, "held_over_db_time": held_over_db, "pool_busy_frac": pool_busy,
+            "pool_query_frac": pool_query,
             "littles_law_ms": littles, **littles_law_check(lat["mean_ms"], lat["mean_se_ms"], littles),
             "ops_per_client_min": fair["ops_per_task_min"], "ops_per_client_max": fair["ops_per_task_max"],
             "ops_per_client_median": fair["ops_per_task_median"], "jain": fair["jain_index"],
@@ -394,6 +406,7 @@ def seed_table(run: Run) -> pd.DataFrame:
                   ("pool_bound_rps", "pool bound req/s"),
                   ("held_over_db_time", "connection held / database time alone"),
                   ("pool_busy_frac", "connections in use (share of the window)"),
+                  ("pool_query_frac", "connections running statements (share of the window)"),
                   ("littles_law_ms", "Little's law ms"),
                   ("jain", "Jain index"), ("limit", "limit")]
     out = []
@@ -405,7 +418,7 @@ def seed_table(run: Run) -> pd.DataFrame:
                 if m in by_model.index:
                     v = by_model.at[m, col]
                     row[MODEL_LABELS[m]] = v if isinstance(v, str) else round(float(v), 3 if col in (
-                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac") else 1)
+                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac", "pool_query_frac") else 1)
             out.append(row)
     return pd.DataFrame(out).set_index(["configuration", "quantity"])
 
@@ -419,7 +432,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
           "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
           "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
-          "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
+          "pool_query_frac": ("ratio", ""), "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
           "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
           "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
@@ -429,7 +442,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
-                    "pool_busy_frac", "littles_law_ms", "littles_law_ratio",
+                    "pool_busy_frac", "pool_query_frac", "littles_law_ms", "littles_law_ratio",
                     "ops_per_client_min", "ops_per_client_max", "jain", "errors")
 
 

@@ -37,7 +37,10 @@ SPEC RESULT` (started by `pg_models` through `harness.core.processes.run_child`)
    which a client held a pooled connection, from the pool's hand-over to the end of the request
    (so the release's own round trip, psycopg's COMMIT or asyncpg's reset, counts as held) or the
    same connection's next hand-over, summed over every request the child logged (the warm-up's
-   and the drain's too), each clipped to the window (`held_in_window`). Divided by pool x wall
+   and the drain's too), each clipped to the window (`held_in_window`); and `pool_query_s`: the
+   connection-seconds in which a client was running its statements on the connection, from the
+   moment its code resumed holding it to the last statement's return, clipped the same way
+   (`queried_in_window`): held minus the hand-over not yet picked up and the release. Divided by pool x wall
    it is the share of the pool's connection time in use; the rest is connections idle, or handed
    over but not yet picked up by a waiting client.
 
@@ -488,6 +491,17 @@ def held_in_window(log: list, open_at: float, close_at: float) -> float:
     return held
 
 
+def queried_in_window(log: list, open_at: float, close_at: float) -> float:
+    """Connection-seconds inside [open_at, close_at] during which a successful request ran its
+    statements: from t_acq (the client's code holding the connection) to t_rel (the last
+    statement's return), clipped to the window. Unlike `held_in_window`, it leaves out what lies
+    between two requests on a connection: a hand-over the client has not yet run (an asyncpg
+    connection given to a task the loop has not resumed) and the release. A request's span on a
+    connection never overlaps another's, so the sum is at most pool x wall."""
+    return sum(max(0.0, min(t_rel, close_at) - max(t_acq, open_at))
+               for _task, _t0, _t1, t_acq, t_rel, _conn, err in log if not err)
+
+
 def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
     from importlib.metadata import version
 
@@ -512,6 +526,7 @@ def _package(spec, window, log, calib, server, loop, driver) -> dict[str, Any]:
         ops=len(cols["task"]) - errors, errors=errors, ops_all=ops_all,
         completed=completions_in_window([r[2] for r in log], [not r[6] for r in log], open_at, close_at),
         pool_held_s=held_in_window(log, open_at, close_at),
+        pool_query_s=queried_in_window(log, open_at, close_at),
         model=spec.model, regime=regime_of(spec), slow_ms=spec.slow_ms, pool=spec.pool,
         clients=spec.clients, duration_s=spec.duration_s, warmup_s=spec.warmup_s, rows=spec.rows,
         loop=loop, driver=f"{driver_pkg} {version(driver_pkg)}",
@@ -534,7 +549,7 @@ def tables(window_columns: Callable[..., dict[str, str]], other_columns: str) ->
                     "wait_s": "float", "hold_s": "float", "error": "str", **keys},
         # the child's window carries its own descriptive fields (driver versions, loop, ...) beside these
         "windows": window_columns(completed="int", errors="int", ops_all="int", pool_held_s="float",
-                                  server_cpu_s="float", machine_busy_s="float", cpu_check="str",
+                                  pool_query_s="float", server_cpu_s="float", machine_busy_s="float", cpu_check="str",
                                   cpu_child_s="float", server_cpu_child_s="float", machine_busy_child_s="float",
                                   clients="int", duration_s="float", **keys, **{other_columns: "any"}),
         "calibration": {"variant": "str", "latency_s": "float", **keys},
