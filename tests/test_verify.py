@@ -196,7 +196,12 @@ def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(tmp_path, stack_
     run = _mongo_run(tmp_path, body, stack_env)
     checks = verify.checks(run).set_index(["check", "subject"])
     assert checks.loc[("001-fairness", "bare[pool=2]"), "verdict"] == "fail", checks.loc["001-fairness"].to_dict()
-    assert checks.loc[("001-fairness", "semaphore[pool=2]"), "verdict"] == "pass", checks.loc["001-fairness"].to_dict()
+    semaphore = checks.loc[("001-fairness", "semaphore[pool=2]")]
+    if semaphore["verdict"] == "inconclusive" and "other processes used" in semaphore["reason"]:
+        # the check refusing windows that another process shared is the check working (a CI machine's
+        # neighbour or hypervisor, issue 32's steal); it says so, and this test cannot judge the fix then
+        pytest.skip(f"the machine was not the workload's alone: {semaphore['reason']}")
+    assert semaphore["verdict"] == "pass", semaphore["reason"]
 
 
 def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path, stack_env):
@@ -348,3 +353,4 @@ def test_allow_writes_has_no_postgres_check():
     with pytest.raises(HarnessError, match="allow_writes: only \\[mongodb\\] has a write check"):
         workload_file.parse({"target": "local", "dataset": "accounts", "allow_writes": True,
                              "postgres": {"request": ["SELECT 1"]}}, "w")
+

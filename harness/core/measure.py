@@ -225,7 +225,11 @@ class ServerCPU(TreeCPU):
 
 
 def machine_busy_s() -> float:
-    """CPU seconds all processes of this machine have been busy (all cores: not idle, not iowait)."""
+    """CPU seconds this machine's cores were busy (all cores: every state but idle and iowait).
+    On a virtual machine that includes `steal`, the time the hypervisor ran something else on its
+    cores: capacity the machine did not have (what the `machine CPU` label asks), but no process's
+    work (docs/METHODS.md). Left out, the client's and server's own CPU exceeded the machine's in
+    some windows (a process's CPU time counts the time stolen while it ran), so it stays in."""
     t = psutil.cpu_times()
     # guest time is already counted in user/nice
     return (sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
