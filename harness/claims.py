@@ -87,6 +87,7 @@ from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are 
     Missing,
     Premise,
     band,
+    is_primary,
     load,
     normalise_bottleneck,
     parse,
@@ -545,7 +546,7 @@ def adjust(evaluated: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     hypotheses (one-sided tests), undone (claim ids whose decisive verdict was undone), families
     (the same per family) and guarantee."""
     out = evaluated.copy()
-    primary = (out["primary"].fillna("").astype(str) != "") if "primary" in out else pd.Series(True, out.index)
+    primary = is_primary(out)
     out["error_family"] = np.where(primary, "primary", "supporting")
     out["p_adjusted"] = None
     undone: list[str] = []

@@ -353,4 +353,3 @@ def test_allow_writes_has_no_postgres_check():
     with pytest.raises(HarnessError, match="allow_writes: only \\[mongodb\\] has a write check"):
         workload_file.parse({"target": "local", "dataset": "accounts", "allow_writes": True,
                              "postgres": {"request": ["SELECT 1"]}}, "w")
-

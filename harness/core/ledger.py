@@ -322,6 +322,14 @@ _NUMERIC = ("seed_value", "reference", "margin", "bound")
 _FLAGS = ("", "yes")
 
 
+def is_primary(rows: pd.DataFrame) -> pd.Series:
+    """Which rows are their lesson's primary row (`primary` names the lesson); every row of a frame
+    without that column (a ledger from before issue 35, where Holm ran over all rows)."""
+    if "primary" not in rows:
+        return pd.Series(True, rows.index)
+    return rows["primary"].fillna("").astype(str) != ""
+
+
 def load(path: Path = LEDGER_PATH) -> pd.DataFrame:
     """The ledger as a DataFrame (numbers as floats, NaN where empty), checked row by row."""
     df = pd.read_csv(path, dtype=str, keep_default_na=False)

@@ -157,10 +157,11 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
                                "band_edge": math.nan, "band_repeats": None, "note": s["reason"]}
         if s["runs"]:
             est = s["log_estimate"]
-            d = _distance(est, null_edges(row))
+            nulls = null_edges(row)
+            d = _distance(est, nulls)
             needed = repeats_for(s["sd_log"], d, level)
-            nearest = min(null_edges(row), key=lambda e: abs(est - math.log(e))) if null_edges(row) else math.nan
-            band = [e for e in edges(row) if e not in null_edges(row)]
+            nearest = min(nulls, key=lambda e: abs(est - math.log(e))) if nulls else math.nan
+            band = [e for e in edges(row) if e not in nulls]
             rec.update(estimate=math.exp(est), sd_log=s["sd_log"], between_sd_log=s["between_sd_log"],
                        distance_log=d, nearest_edge=nearest, needed=needed,
                        enough=bool(needed is not None and have is not None and have >= needed))

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .. import claims, findings, registry
-from ..core import num, pooling, power
+from ..core import ledger, num, pooling, power
 from ..core.config import REPO_ROOT
 
 POWER_DOC = REPO_ROOT / "docs" / "POWER.md"
@@ -41,22 +41,21 @@ def same_definition(run: pooling.RunRecord, row: Mapping[str, Any]) -> bool:
     return all(str(theirs.get(k) or "") == str(row.get(k) or "") for k in ("a", "b"))
 
 
-def primary_tests(ledger: pd.DataFrame) -> int:
+def primary_tests(rows: pd.DataFrame) -> int:
     """The one-sided tests Holm's adjustment runs over (harness.claims.adjust): two per judged
     primary row (its seed's side and the opposite one)."""
-    primary = ledger["primary"].fillna("").astype(str) != ""
-    return 2 * int((primary & ledger["comparison"].isin(["ratio", "equivalence"])).sum())
+    return 2 * int((ledger.is_primary(rows) & rows["comparison"].isin(["ratio", "equivalence"])).sum())
 
 
 def power_table(runs: list[pooling.RunRecord] | None = None) -> pd.DataFrame:
     """One row per lesson: its primary row, the committed runs' spread, the repeats needed and planned."""
     runs = pooling.committed_runs() if runs is None else runs
     full = [r for r in runs if "-full-" in r.run_id]
-    ledger = claims.load().set_index("claim_id", drop=False)
-    level = power.decision_level(primary_tests(ledger))
+    rows = claims.load().set_index("claim_id", drop=False)
+    level = power.decision_level(primary_tests(rows))
     out = []
     for lesson in findings.LESSONS:
-        row = ledger.loc[lesson.claims[0]].to_dict()
+        row = rows.loc[lesson.claims[0]].to_dict()
         mine = [r for r in full if same_definition(r, row)]
         planned = planned_repeats(row)
         got = power.plan(mine, {row["claim_id"]: row}, {row["claim_id"]: planned} if planned else {}, level)

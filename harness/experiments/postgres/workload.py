@@ -40,9 +40,9 @@ SPEC RESULT` (started by `pg_models` through `harness.core.processes.run_child`)
    and the drain's too), each clipped to the window (`held_in_window`); and `pool_query_s`: the
    connection-seconds in which a client was running its statements on the connection, from the
    moment its code resumed holding it to the last statement's return, clipped the same way
-   (`queried_in_window`): held minus the hand-over not yet picked up and the release. Divided by pool x wall
-   it is the share of the pool's connection time in use; the rest is connections idle, or handed
-   over but not yet picked up by a waiting client.
+   (`queried_in_window`): held minus the hand-over not yet picked up and the release. Divided by
+   pool x wall, `pool_held_s` is the share of the pool's connection time in use; the rest is
+   connections idle, or handed over but not yet picked up by a waiting client.
 
 A monitor thread, not the event loop, opens and closes the window, so a saturated loop cannot
 stretch it; the window's bounds are the times actually taken. The CPU figures of the window are
