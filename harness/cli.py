@@ -11,6 +11,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from . import registry
 from .core import servers, store
 from .core.config import PROFILES
 from .core.errors import HarnessError
+
+if TYPE_CHECKING:   # pooling pulls in scipy and statsmodels: imported where used, not at start-up
+    from .core import pooling
 
 
 def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
@@ -97,10 +101,18 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(as_json: bool) -> None:
     """List the registered experiments, the servers they need and their parameters."""
+    from .core import pooling
+
     exps = registry.all_experiments()
+    committed = pooling.committed_runs()
+    # the committed full runs of this code: the runs a new full run would pool with across boots
+    versions = {n: registry.version(n, e.params("full")) for n, e in exps.items()}
+    pool = {n: (v, pooling.runs_of_version(committed, n, v)) for n, v in versions.items()}
     if as_json:
         click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs), "repeats": dict(e.repeats),
-                                   "params": {p: e.params(p).to_dict() for p in PROFILES}}
+                                   "params": {p: e.params(p).to_dict() for p in PROFILES},
+                                   "version_full": pool[n][0],
+                                   "committed_runs_of_version": [r.run_id for r in pool[n][1]]}
                                for n, e in exps.items()}, indent=2))
         return
     if not exps:
@@ -113,6 +125,19 @@ def list_cmd(as_json: bool) -> None:
         seed = {k: v for k, v in e.params("seed").to_dict().items() if full.get(k) != v}
         if seed:
             click.echo(f"{'':16} seed profile differs in: " + ", ".join(f"{k}={v}" for k, v in seed.items()))
+        if getattr(e, "in_study", True):
+            click.echo(f"{'':16} {_version_line(*pool[name])}")
+
+
+def _version_line(version: str, runs: list[pooling.RunRecord]) -> str:
+    """Which committed full runs measured this code: a new full run pools with them across boots."""
+    if not runs:
+        return (f"version (full) {version}: no committed run of it; a new full run starts its pool "
+                f"across boots (docs/METHODS.md)")
+    boots = len({r.boot_id for r in runs if r.boot_id})
+    ids = ", ".join(r.run_id.rsplit("-", 1)[-1] for r in runs)
+    return (f"version (full) {version}: {len(runs)} committed run{'s' * (len(runs) != 1)} of it from "
+            f"{boots} boot{'s' * (boots != 1)} ({ids})")
 
 
 def _run(names, profile, repeat, sets, data_dir, python=None, placement="shared") -> Path:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from harness.core import stats
@@ -66,6 +67,11 @@ def test_probe_rows_and_bad_interval():
         LoopProbe(interval_s=0)
 
 
+def _steal_s(core: int) -> float:
+    """Seconds the hypervisor has taken from `core` since boot (0 where the kernel has no steal)."""
+    return float(getattr(psutil.cpu_times(percpu=True)[core], "steal", 0.0) or 0.0)
+
+
 BURNER = "import sys\nsys.stdout.write('burning\\n'); sys.stdout.flush()\nwhile True:\n    pass\n"
 
 
@@ -81,7 +87,10 @@ def _burn_cpu(seconds: float) -> None:
 def test_a_stall_on_a_busy_core_is_split_into_run_and_wait():
     """The loop's thread and a CPU-burning child pinned to one core: the loop blocked for BUSY_S of
     its own CPU stalls for about twice that wall-clock (the core is shared), and the probe reports
-    run ~ BUSY_S, a wait > 0, and span ~ run + wait. The old probe had the wall-clock stall only."""
+    run ~ BUSY_S, a wait > 0, and span ~ run + wait + the core's steal. The old probe had the
+    wall-clock stall only. Steal is read for that core, not assumed: on a VM the hypervisor can
+    take the vCPU mid-stall (0.12 s of a 0.73 s span in one CI run), time that is neither run nor
+    wait."""
     busy_s = 0.2
     mask = os.sched_getaffinity(0)
     core = min(mask)
@@ -98,7 +107,9 @@ def test_a_stall_on_a_busy_core_is_split_into_run_and_wait():
                 await asyncio.sleep(0.05)
             return probe
 
+        steal_before = _steal_s(core)
         probe = asyncio.run(main())
+        stolen = _steal_s(core) - steal_before
     finally:
         os.sched_setaffinity(0, mask)
         child.kill()
@@ -110,4 +121,4 @@ def test_a_stall_on_a_busy_core_is_split_into_run_and_wait():
     # the rest of the stall was the wait for the core the child held
     assert wait > 0.1 * busy_s, (late, span, run, wait)
     assert late > run + 0.5 * wait - 0.01, (late, span, run, wait)
-    assert abs(span - (run + wait)) < 0.02 + 0.1 * span, (late, span, run, wait)
+    assert abs(span - (run + wait)) < 0.02 + 0.1 * span + stolen, (late, span, run, wait, stolen)

@@ -179,8 +179,8 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
             else:
                 rec["note"] = f"short: {have} planned, {needed} needed: expect `inconclusive`"
             if math.isfinite(rec["between_sd_log"]) and rec["between_sd_log"] > rec["sd_log"]:
-                rec["note"] += (f"; the runs' estimates spread more between boots (sd {rec['between_sd_log']:.3f}) "
-                                f"than repeats within one (sd {rec['sd_log']:.3f}): more repeats narrow one run's "
-                                f"interval, not the spread a new machine should expect")
+                rec["note"] += (f"; the estimates spread more from run to run (sd {rec['between_sd_log']:.3f}) "
+                                f"than repeats within a run (sd {rec['sd_log']:.3f}): more repeats narrow one run's "
+                                f"interval, not the spread between runs (hours, boots)")
         out.append(rec)
     return pd.DataFrame(out)

@@ -21,9 +21,11 @@ CPU comes from the thread clock, not schedstat's first field, which the kernel b
 a running thread only at scheduler ticks and switches, not when it is read. A sample's
 reads bracket its stall: the previous read is the previous wake-up, a scheduled interval before
 this one was due, so `run_s` is the stall's own CPU plus at most that interval's (an upper bound of
-what the blocking code cost), and span_s >= run_s + wait_s (the rest is the time the thread
-slept and the reads themselves). Without
-schedstat (not Linux) wait_s is NaN.
+what the blocking code cost), and span_s >= run_s + wait_s. The rest is the time the thread
+slept, the reads themselves, and on a virtual machine the hypervisor's steal: while the vCPU is
+taken away the thread counts as neither running (its CPU clock leaves steal out) nor waiting (it
+is still the core's current task), so a stall on a VM can exceed run + wait by the steal of its
+core. Without schedstat (not Linux) wait_s is NaN.
 
 `measure_resolution()` runs the probe with nothing else on the loop and returns its samples and its
 own CPU cost, so every figure measured with it can state the probe's floor and overhead.
