@@ -396,6 +396,16 @@ def promote_cmd(run_ref, data_dir) -> None:
             click.echo(line)
 
 
+@cli.command("keep")
+@click.argument("run_ref", metavar="RUN")
+@_data_dir
+def keep_cmd(run_ref, data_dir) -> None:
+    """Commit RUN (a complete run of data/runs) to history: its manifest and summary are copied to
+    data/history/<id>/, where `history --lessons` and the README's pooled column read it."""
+    dest = store.keep(run_ref, data_dir)
+    click.echo(f"{dest.name}: manifest.json and summary.json -> {dest} (`git add {dest}` commits it)")
+
+
 @cli.command("runs")
 @_data_dir
 def runs_cmd(data_dir) -> None:

@@ -24,7 +24,7 @@ def test_help_explains_every_command():
     out = harness("--help")
     assert out.returncode == 0
     for cmd in ("list", "run", "servers", "report", "study", "runs", "show", "compare", "history", "summarise",
-                "promote"):
+                "promote", "keep"):
         assert cmd in out.stdout
     run_help = harness("run", "--help").stdout
     for opt in ("--profile", "--repeat", "--set"):

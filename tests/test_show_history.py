@@ -203,6 +203,29 @@ def test_promote_refuses_a_run_without_a_summary(tmp_path):
     assert (tmp_path / "runs" / new).is_dir() and not (tmp_path / "reference").exists()
 
 
+def test_keep_commits_a_runs_manifest_and_summary_to_history_and_leaves_the_run(tmp_path):
+    """How a run from another boot joins the pool across boots without becoming the reference."""
+    done, bare, old = "20261201T000000Z-full-bbbb", "20261202T000000Z-full-cccc", "20261130T000000Z-full-aaaa"
+    _put(tmp_path, "runs", done, _manifest(done), _summary_v2(done), raw=True)
+    _put(tmp_path, "runs", bare, _manifest(bare), None, raw=True)
+    _put(tmp_path, "history", old, _manifest(old), _summary_v1(old))
+    out = CliRunner().invoke(cli.cli, ["keep", done, "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    kept = tmp_path / "history" / done
+    assert sorted(p.name for p in kept.iterdir()) == ["manifest.json", "summary.json"]
+    for name in ("manifest.json", "summary.json"):
+        assert (kept / name).read_bytes() == (tmp_path / "runs" / done / name).read_bytes()
+    assert (tmp_path / "runs" / done / "mongo_pool" / "r0").is_dir(), "the raw data stays in data/runs"
+    assert not list((tmp_path / "history").glob(f"{store.INCOMPLETE_PREFIX}*"))
+    with pytest.raises(HarnessError, match="already exists"):
+        store.keep(done, tmp_path)
+    with pytest.raises(HarnessError, match="only a new run can be kept in history"):
+        store.keep(old, tmp_path)
+    with pytest.raises(HarnessError, match="no summary.json"):
+        store.keep(bare, tmp_path)
+    assert not (tmp_path / "history" / bare).exists()
+
+
 def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_the_run(tmp_path, monkeypatch):
     """The citable figures/ are the reference run's: a report of a smoke or an old run writes its
     figures inside that run, unless STUDY_FIGURES_DIR or an argument says otherwise."""

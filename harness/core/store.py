@@ -534,21 +534,50 @@ def compress_server_logs(run_path: Path) -> list[str]:
     return done
 
 
+def _new_complete_run(ref: str | Path, data_dir: Path | None, what: str) -> Run:
+    """Run `ref`, checked to be a complete run of data/runs with a readable summary (`what` names
+    the step, for the error)."""
+    run = open_run(ref, data_dir)
+    if location_of(run.path, data_dir) != "runs":
+        raise HarnessError(f"run {run.id} is in {run.path.parent}, not in {runs_dir(data_dir)}: only a new "
+                           f"run can be {what}")
+    if run.path.name.startswith(INCOMPLETE_PREFIX) or run.manifest.get("status") != "complete":
+        raise HarnessError(f"run {run.id} is {run.manifest.get('status')}: only a complete run can be {what}")
+    load_summary(run)   # it must have a readable summary
+    return run
+
+
+def _copy_to_history(run_dir: Path, hist_root: Path) -> Path:
+    """`run_dir`'s manifest.json and summary.json written aside in `hist_root`, then renamed into
+    place as `hist_root/<name>`."""
+    hist_root.mkdir(parents=True, exist_ok=True)
+    tmp = hist_root / f"{INCOMPLETE_PREFIX}{run_dir.name}"
+    tmp.mkdir(exist_ok=True)
+    for name in HISTORY_FILES:
+        (tmp / name).write_bytes((run_dir / name).read_bytes())
+    os.rename(tmp, hist_root / run_dir.name)
+    return hist_root / run_dir.name
+
+
+def keep(ref: str | Path, data_dir: Path | None = None) -> Path:
+    """Commit run `ref` (a complete run of data/runs with a summary) to history: its manifest.json
+    and summary.json copied to data/history/<id>/, its raw data left where it is. How a run from
+    another boot joins the pool across boots without becoming the reference. Returns the new
+    directory."""
+    run = _new_complete_run(ref, data_dir, "kept in history")
+    hist_root = location_dir("history", data_dir)
+    if (hist_root / run.path.name).exists():
+        raise HarnessError(f"{hist_root / run.path.name} already exists: not overwriting it")
+    return _copy_to_history(run.path, hist_root)
+
+
 def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
     """Make run `ref` (a complete run of data/runs, with raw data and summary.json) the reference:
     the current reference's manifest.json and summary.json go to data/history/<id>/ and its raw
     data to data/runs/<id>/ (the ignored working area: nothing is deleted; `git rm` takes it out
     of the tree); the new run moves to data/reference/<id>/. Everything is checked before anything
     moves; each move is a rename. Returns one line per move."""
-    run = open_run(ref, data_dir)
-    where = location_of(run.path, data_dir)
-    if where != "runs":
-        raise HarnessError(f"run {run.id} is in {run.path.parent}, not in {runs_dir(data_dir)}: only a new "
-                           "run can be promoted")
-    if run.path.name.startswith(INCOMPLETE_PREFIX) or run.manifest.get("status") != "complete":
-        raise HarnessError(f"run {run.id} is {run.manifest.get('status')}: only a complete run can become "
-                           "the reference")
-    load_summary(run)   # it must have a readable summary
+    run = _new_complete_run(ref, data_dir, "promoted")
     if not run.has_raw_data():
         raise HarnessError(f"run {run.id} has no raw data: the reference keeps its raw tables")
     ref_root, hist_root, work_root = (location_dir(w, data_dir) for w in ("reference", "history", "runs"))
@@ -563,12 +592,7 @@ def promote(ref: str | Path, data_dir: Path | None = None) -> list[str]:
         for dest in (hist_root / old.name, work_root / old.name):
             if dest.exists():
                 raise HarnessError(f"{dest} already exists: not overwriting it")
-        hist_root.mkdir(parents=True, exist_ok=True)
-        tmp = hist_root / f"{INCOMPLETE_PREFIX}{old.name}"
-        tmp.mkdir(exist_ok=True)
-        for name in HISTORY_FILES:
-            (tmp / name).write_bytes((old / name).read_bytes())
-        os.rename(tmp, hist_root / old.name)
+        _copy_to_history(old, hist_root)
         moves.append(f"{old.name}: manifest.json and summary.json -> {hist_root / old.name}")
         os.rename(old, work_root / old.name)
         moves.append(f"{old.name}: raw data -> {work_root / old.name} (git-ignored; `git rm -r --cached "
