@@ -11,7 +11,6 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -19,9 +18,6 @@ from . import registry
 from .core import servers, store
 from .core.config import PROFILES
 from .core.errors import HarnessError
-
-if TYPE_CHECKING:   # pooling pulls in scipy and statsmodels: imported where used, not at start-up
-    from .core import pooling
 
 
 def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
@@ -101,18 +97,16 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(as_json: bool) -> None:
     """List the registered experiments, the servers they need and their parameters."""
-    from .core import pooling
-
     exps = registry.all_experiments()
-    committed = pooling.committed_runs()
+    committed = store.committed_manifests()
     # the committed full runs of this code: the runs a new full run would pool with across boots
     versions = {n: registry.version(n, e.params("full")) for n, e in exps.items()}
-    pool = {n: (v, pooling.runs_of_version(committed, n, v)) for n, v in versions.items()}
+    pool = {n: (v, store.runs_of_version(committed, n, v)) for n, v in versions.items()}
     if as_json:
         click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs), "repeats": dict(e.repeats),
                                    "params": {p: e.params(p).to_dict() for p in PROFILES},
                                    "version_full": pool[n][0],
-                                   "committed_runs_of_version": [r.run_id for r in pool[n][1]]}
+                                   "committed_runs_of_version": [m.get("run_id") for m in pool[n][1]]}
                                for n, e in exps.items()}, indent=2))
         return
     if not exps:
@@ -129,13 +123,13 @@ def list_cmd(as_json: bool) -> None:
             click.echo(f"{'':16} {_version_line(*pool[name])}")
 
 
-def _version_line(version: str, runs: list[pooling.RunRecord]) -> str:
+def _version_line(version: str, runs: list[store.Manifest]) -> str:
     """Which committed full runs measured this code: a new full run pools with them across boots."""
     if not runs:
         return (f"version (full) {version}: no committed run of it; a new full run starts its pool "
                 f"across boots (docs/METHODS.md)")
-    boots = len({r.boot_id for r in runs if r.boot_id})
-    ids = ", ".join(r.run_id.rsplit("-", 1)[-1] for r in runs)
+    boots = len({b for m in runs if (b := ((m.get("environment") or {}).get("machine") or {}).get("boot_id"))})
+    ids = ", ".join(str(m.get("run_id") or "").rsplit("-", 1)[-1] for m in runs)
     return (f"version (full) {version}: {len(runs)} committed run{'s' * (len(runs) != 1)} of it from "
             f"{boots} boot{'s' * (boots != 1)} ({ids})")
 

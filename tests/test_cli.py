@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT, started_run
 
 from harness import registry
-from harness.core import pooling, store
+from harness.core import store
 
 
 def harness(*args, env=None, timeout=120):
@@ -38,13 +38,13 @@ def test_list_shows_every_registered_experiment():
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)
     assert set(listed) == set(registry.all_experiments())
-    committed = pooling.committed_runs()
+    committed = store.committed_manifests()
     for name, e in listed.items():
         assert set(e["params"]) == {"smoke", "quick", "full", "seed"}, name
         # the version a new full run records, and the committed runs it would pool with
         assert e["version_full"] == registry.version(name, registry.get(name).params("full")), name
         assert e["committed_runs_of_version"] == [
-            r.run_id for r in pooling.runs_of_version(committed, name, e["version_full"])], name
+            m["run_id"] for m in store.runs_of_version(committed, name, e["version_full"])], name
     text = harness("list").stdout
     assert text.count("version (full) ") == sum(getattr(e, "in_study", True)
                                                 for e in registry.all_experiments().values())

@@ -212,17 +212,6 @@ def _summary(run_id: str, ratio: float, sd: float = 0.05, version: int = 2, verd
     return {"summary_version": version, "run_id": run_id, "claims": [row]}
 
 
-def test_runs_of_version_are_the_full_runs_that_recorded_it():
-    runs = [pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", {}, {"mongo_pool": "v1"}),
-            pooling.RunRecord("20261201T010000Z-full-bbbb", "boot-2", {}, {"mongo_pool": "v0", "pg_models": "v1"}),
-            pooling.RunRecord("20261201T020000Z-quick-cccc", "boot-3", {}, {"mongo_pool": "v1"}),
-            pooling.RunRecord("20261201T030000Z-full-dddd", "boot-4", {}, None)]
-    assert [r.run_id for r in pooling.runs_of_version(runs, "mongo_pool", "v1")] == ["20261201T000000Z-full-aaaa"]
-    assert [r.run_id for r in pooling.runs_of_version(runs, "mongo_pool", "v1", "quick")] == [
-        "20261201T020000Z-quick-cccc"]
-    assert pooling.runs_of_version(runs, "mongo_models", "v1") == []
-
-
 def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     runs = [
         pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", _summary("a", 17.0), {"mongo_pool": "v1"}),

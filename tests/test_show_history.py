@@ -203,6 +203,25 @@ def test_promote_refuses_a_run_without_a_summary(tmp_path):
     assert (tmp_path / "runs" / new).is_dir() and not (tmp_path / "reference").exists()
 
 
+def test_runs_of_version_are_the_committed_full_runs_that_recorded_it(tmp_path):
+    """What `harness list` counts under each experiment: committed runs only, of the profile, whose
+    manifest records the version."""
+    for where, run_id, version in (("reference", "20261201T000000Z-full-aaaa", "v1"),
+                                   ("history", "20261130T000000Z-full-bbbb", "v0"),
+                                   ("history", "20261129T000000Z-quick-cccc", "v1"),
+                                   ("runs", "20261202T000000Z-full-dddd", "v1")):
+        manifest = {**_manifest(run_id, version=version), "profile": run_id.split("-")[1]}
+        _put(tmp_path, where, run_id, manifest, _summary_v1(run_id))
+    committed = store.committed_manifests(tmp_path)
+    assert [m["run_id"] for m in committed] == ["20261129T000000Z-quick-cccc", "20261130T000000Z-full-bbbb",
+                                                "20261201T000000Z-full-aaaa"]
+    assert [m["run_id"] for m in store.runs_of_version(committed, "mongo_pool", "v1")] == [
+        "20261201T000000Z-full-aaaa"]
+    assert [m["run_id"] for m in store.runs_of_version(committed, "mongo_pool", "v1", "quick")] == [
+        "20261129T000000Z-quick-cccc"]
+    assert store.runs_of_version(committed, "pg_models", "v1") == []
+
+
 def test_keep_commits_a_runs_manifest_and_summary_to_history_and_leaves_the_run(tmp_path):
     """How a run from another boot joins the pool across boots without becoming the reference."""
     done, bare, old = "20261201T000000Z-full-bbbb", "20261202T000000Z-full-cccc", "20261130T000000Z-full-aaaa"

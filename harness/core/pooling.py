@@ -436,13 +436,6 @@ def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:
     return sorted((read_run(p) for p in dirs), key=lambda r: r.run_id)
 
 
-def runs_of_version(runs: Iterable[RunRecord], experiment: str, version: str,
-                    profile: str = "full") -> list[RunRecord]:
-    """The runs of `profile` whose manifest records `version` for `experiment`: those a new run of
-    that code would pool with (their rows still need the same rules; `pooled_lessons` checks)."""
-    return [r for r in runs if r.run_profile == profile and r.versions and r.versions.get(experiment) == version]
-
-
 def _as_record(x: RunRecord | Sequence[Any]) -> RunRecord:
     if isinstance(x, RunRecord):
         return x

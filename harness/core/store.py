@@ -45,6 +45,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -532,6 +533,21 @@ def compress_server_logs(run_path: Path) -> list[str]:
         log.unlink()
         done.append(f"{run_path.name}: {log.relative_to(run_path)} gzipped")
     return done
+
+
+def committed_manifests(data_dir: Path | None = None) -> list[Manifest]:
+    """The committed runs' manifests (data/reference, data/history), oldest first: enough to ask
+    which runs measured an experiment's code, without reading their summaries."""
+    found = [load_manifest(d) for place in ("reference", "history") for d in _run_dirs(place, data_dir)]
+    return sorted(found, key=lambda m: str(m.get("run_id") or ""))
+
+
+def runs_of_version(manifests: Iterable[Manifest], experiment: str, version: str,
+                    profile: str = "full") -> list[Manifest]:
+    """The manifests of `profile` runs that record `version` for `experiment`: the runs a new run of
+    that code would pool with across boots (their rows still need the same rules; pooling checks)."""
+    return [m for m in manifests if m.get("profile") == profile
+            and ((m.get("experiments") or {}).get(experiment) or {}).get("version") == version]
 
 
 def _new_complete_run(ref: str | Path, data_dir: Path | None, what: str) -> Run:
