@@ -101,12 +101,12 @@ def list_cmd(as_json: bool) -> None:
     committed = store.committed_manifests()
     # the committed full runs of this code: the runs a new full run would pool with across boots
     versions = {n: registry.version(n, e.params("full")) for n, e in exps.items()}
-    pool = {n: (v, store.runs_of_version(committed, n, v)) for n, v in versions.items()}
+    pool = {n: store.runs_of_version(committed, n, v) for n, v in versions.items()}
     if as_json:
         click.echo(json.dumps({n: {"title": e.title, "needs": list(e.needs), "repeats": dict(e.repeats),
                                    "params": {p: e.params(p).to_dict() for p in PROFILES},
-                                   "version_full": pool[n][0],
-                                   "committed_runs_of_version": [m.get("run_id") for m in pool[n][1]]}
+                                   "version_full": versions[n],
+                                   "committed_runs_of_version": [m.get("run_id") for m in pool[n]]}
                                for n, e in exps.items()}, indent=2))
         return
     if not exps:
@@ -119,8 +119,8 @@ def list_cmd(as_json: bool) -> None:
         seed = {k: v for k, v in e.params("seed").to_dict().items() if full.get(k) != v}
         if seed:
             click.echo(f"{'':16} seed profile differs in: " + ", ".join(f"{k}={v}" for k, v in seed.items()))
-        if getattr(e, "in_study", True):
-            click.echo(f"{'':16} {_version_line(*pool[name])}")
+        if e.in_study:
+            click.echo(f"{'':16} {_version_line(versions[name], pool[name])}")
 
 
 def _version_line(version: str, runs: list[store.Manifest]) -> str:
@@ -128,7 +128,7 @@ def _version_line(version: str, runs: list[store.Manifest]) -> str:
     if not runs:
         return (f"version (full) {version}: no committed run of it; a new full run starts its pool "
                 f"across boots (docs/METHODS.md)")
-    boots = len({b for m in runs if (b := ((m.get("environment") or {}).get("machine") or {}).get("boot_id"))})
+    boots = len({store.boot_id(m) for m in runs} - {None})
     ids = ", ".join(str(m.get("run_id") or "").rsplit("-", 1)[-1] for m in runs)
     return (f"version (full) {version}: {len(runs)} committed run{'s' * (len(runs) != 1)} of it from "
             f"{boots} boot{'s' * (boots != 1)} ({ids})")

@@ -46,8 +46,7 @@ def test_list_shows_every_registered_experiment():
         assert e["committed_runs_of_version"] == [
             m["run_id"] for m in store.runs_of_version(committed, name, e["version_full"])], name
     text = harness("list").stdout
-    assert text.count("version (full) ") == sum(getattr(e, "in_study", True)
-                                                for e in registry.all_experiments().values())
+    assert text.count("version (full) ") == sum(e.in_study for e in registry.all_experiments().values())
 
 
 @pytest.mark.parametrize("args, message", [

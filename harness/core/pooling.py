@@ -419,12 +419,10 @@ def read_run(directory: Path | str) -> RunRecord:
 def record(summary: Mapping[str, Any], manifest: Mapping[str, Any], fallback_id: str = "") -> RunRecord:
     """A run already read (its upgraded summary and manifest) as a RunRecord: boot id from
     `environment.machine.boot_id`, versions from `experiments.<name>.version`."""
-    machine = (manifest.get("environment") or {}).get("machine") or {}
-    exps = manifest.get("experiments") or {}
-    versions = {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
+    versions = store.experiment_versions(manifest)
     recorded = versions if any(versions.values()) else None
     return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or fallback_id),
-                     boot_id=machine.get("boot_id") or None, summary=summary, versions=recorded,
+                     boot_id=store.boot_id(manifest), summary=summary, versions=recorded,
                      profile=manifest.get("profile"))
 
 

@@ -45,7 +45,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -535,6 +535,17 @@ def compress_server_logs(run_path: Path) -> list[str]:
     return done
 
 
+def boot_id(manifest: Mapping[str, Any]) -> str | None:
+    """The boot the run was made on (`environment.machine.boot_id`): what tells machines apart."""
+    return ((manifest.get("environment") or {}).get("machine") or {}).get("boot_id") or None
+
+
+def experiment_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
+    """Experiment name -> the version the run recorded for it (`experiments.<name>.version`)."""
+    exps = manifest.get("experiments") or {}
+    return {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
+
+
 def committed_manifests(data_dir: Path | None = None) -> list[Manifest]:
     """The committed runs' manifests (data/reference, data/history), oldest first: enough to ask
     which runs measured an experiment's code, without reading their summaries."""
@@ -546,8 +557,7 @@ def runs_of_version(manifests: Iterable[Manifest], experiment: str, version: str
                     profile: str = "full") -> list[Manifest]:
     """The manifests of `profile` runs that record `version` for `experiment`: the runs a new run of
     that code would pool with across boots (their rows still need the same rules; pooling checks)."""
-    return [m for m in manifests if m.get("profile") == profile
-            and ((m.get("experiments") or {}).get(experiment) or {}).get("version") == version]
+    return [m for m in manifests if m.get("profile") == profile and experiment_versions(m).get(experiment) == version]
 
 
 def _new_complete_run(ref: str | Path, data_dir: Path | None, what: str) -> Run:
