@@ -14,6 +14,7 @@ import psutil
 
 from .config import REPO_ROOT
 from .interpreters import installed_versions
+from .measure import reader_priority_here
 from .redact import redact
 from .servers import ServerStack
 
@@ -138,7 +139,7 @@ def lock_sha256(path: Path = LOCK_FILE) -> str | None:
 
 def collect() -> dict[str, Any]:
     return {"python": python_info(), "packages": package_versions(), "machine": machine(),
-            "git": git_state(), "lock_sha256": lock_sha256()}
+            "git": git_state(), "lock_sha256": lock_sha256(), "cpu_reader": reader_priority_here()}
 
 
 def identify_mongodb(uri: str) -> dict[str, Any]:
