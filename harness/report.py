@@ -1,7 +1,8 @@
 """Notebooks executed with papermill against a run, exported to one HTML report (issue 6).
 
-`build(run)` executes the notebooks in `notebooks/` that fit the run (`notebooks_for`: the study's,
-and `06_workload.ipynb` for a run of `harness verify`) with papermill, two at a time, each in its
+`build(run)` executes the notebooks in `notebooks/` that fit the run (`notebooks_for`: the findings,
+the summary and the notebook each of the run's experiments declares, and `06_workload.ipynb` for a
+run of `harness verify`) with papermill, two at a time, each in its
 own kernel, in `notebooks/` as working directory, with the parameters every notebook declares:
 
     run_dir        the run's absolute path
@@ -98,13 +99,18 @@ WORKLOAD_NOTEBOOK = "06_workload.ipynb"   # `harness verify`'s page: only for ru
 
 def notebooks_for(run: Run, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
     """The notebooks a run's report holds: the workload page when the run has a verify experiment
-    (`harness verify`), the study's notebooks when it has any other."""
+    (`harness verify`); when it has any other, the study's notebooks that read the whole run (the
+    findings and the summary, which no experiment declares) and the notebook each of its
+    experiments declares. A family's notebook on a run without that family would only say so, after
+    a kernel start and its imports."""
     names = set(run.experiments)
     declared = {n: e.notebook for n, e in registry.all_experiments().items()}   # each experiment's own
     verify = any(declared.get(n) == WORKLOAD_NOTEBOOK for n in names)
     study = any(declared.get(n) != WORKLOAD_NOTEBOOK for n in names)
+    in_run = {declared.get(n) for n in names}
     chosen = [nb for nb in notebooks(notebooks_dir)
-              if (verify if nb.name == WORKLOAD_NOTEBOOK else study)]
+              if (verify if nb.name == WORKLOAD_NOTEBOOK
+                  else study and (nb.name in in_run or nb.name not in declared.values()))]
     if not chosen:
         raise HarnessError(f"run {run.id} has no experiment a notebook reads")
     return chosen

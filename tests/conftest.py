@@ -7,15 +7,18 @@ started by the harness's own provisioning code.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from harness import registry, study
+from harness import registry, report, study
 from harness.core import config, servers, store
+from harness.core.errors import HarnessError
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +42,34 @@ def smoke_run(stack_env, tmp_path_factory) -> store.Run:
             mp.setenv(k, v)
         path = study.run(list(registry.all_experiments()), "smoke", 1, None, data_dir)
     return store.Run(path)
+
+
+def snapshot(d: Path) -> dict[str, float]:
+    """Every file under `d` with its modification time: compared before and after, it shows that
+    nothing there was written."""
+    return {str(p.relative_to(d)): p.stat().st_mtime for p in d.rglob("*")} if d.exists() else {}
+
+
+@pytest.fixture(scope="session")
+def smoke_report(smoke_run, tmp_path_factory) -> SimpleNamespace:
+    """`report.build` on the smoke run, figures into a temporary directory (never the repo's): every
+    notebook executed once by papermill, read by the report's tests and by each family's."""
+    figures = tmp_path_factory.mktemp("figures")
+    committed = snapshot(report.FIGURES_DIR)
+    saved = os.environ.get(report.FIGURES_ENV)
+    os.environ[report.FIGURES_ENV] = str(figures)
+    error = None
+    try:
+        index = report.build(smoke_run)
+    except HarnessError as e:  # the report is still written; tests look at it
+        error, index = e, smoke_run.path / "report" / "index.html"
+    finally:
+        if saved is None:
+            os.environ.pop(report.FIGURES_ENV, None)
+        else:
+            os.environ[report.FIGURES_ENV] = saved
+    return SimpleNamespace(index=index, figures=figures, error=error, run=smoke_run,
+                           committed_before=committed)
 
 
 @pytest.fixture

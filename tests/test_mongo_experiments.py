@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from pathlib import Path
 
+import nbformat
 import pandas as pd
 import pytest
 
 from harness.core import store
 from harness.experiments.mongo import analysis as mongo
-from tests.conftest import REPO_ROOT, experiment_tables
+from tests.conftest import experiment_tables
 
 MINE = ["mongo_cursor", "mongo_pool", "mongo_client", "mongo_bulk", "mongo_models"]
 SAMPLE_COLUMNS = {"variant", "task", "start_s", "latency_s", "ok"}
@@ -247,16 +247,17 @@ def test_metrics_name_every_seed_quantity(mongo_run):
 
 
 @pytest.mark.parametrize("notebook", ["01_mongo_cursor_pool.ipynb", "02_mongo_client_bulk_models.ipynb"])
-def test_notebook_executes(mongo_run, notebook, tmp_path):
-    nb_dir = REPO_ROOT / "notebooks"
-    figs = tmp_path / "figs"
-    proc = subprocess.run([sys.executable, "-m", "papermill", notebook, str(tmp_path / notebook),
-                           "-p", "run_dir", str(mongo_run.path), "-p", "figures_dir", str(figs),
-                           "-p", "figure_formats", "png", "--no-progress-bar"],
-                          cwd=nb_dir, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = json.loads((figs / "manifest.json").read_text())
-    assert manifest["figures"]
-    for entry in manifest["figures"].values():
-        assert entry["run_id"] == mongo_run.id and entry["notebook"] == notebook
+def test_notebook_executes(mongo_run, smoke_report, notebook):
+    """The family's notebooks, as the report ran them on the smoke run (papermill, once per session):
+    no error, and figures whose provenance names this run and the MongoDB role's real server."""
+    assert smoke_report.run.id == mongo_run.id
+    executed = nbformat.read(mongo_run.path / "report" / "notebooks" / notebook, as_version=4)
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, f"{notebook}: {errors[0]['ename']}: {errors[0]['evalue']}"
+    manifest = json.loads((smoke_report.figures / "manifest.json").read_text())
+    mine = {k: e for k, e in manifest["figures"].items() if Path(e["notebook"]).name == notebook}
+    assert mine, f"{notebook} saved no figure"
+    for entry in mine.values():
+        assert entry["run_id"] == mongo_run.id
         assert all("MongoDB" not in label or "FerretDB" not in label for label in entry["servers"].values())

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from conftest import snapshot
 
 from harness import findings, notebook, registry, report
 from harness.core import store
@@ -28,29 +29,10 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
 
-def _snapshot(d: Path) -> dict[str, float]:
-    return {str(p.relative_to(d)): p.stat().st_mtime for p in d.rglob("*")} if d.exists() else {}
-
-
 @pytest.fixture(scope="module")
-def built(smoke_run, tmp_path_factory):
-    """`report.build` on the smoke run, figures into a temporary directory (never the repo's)."""
-    figures = tmp_path_factory.mktemp("figures")
-    committed = _snapshot(report.FIGURES_DIR)
-    saved = os.environ.get(report.FIGURES_ENV)
-    os.environ[report.FIGURES_ENV] = str(figures)
-    error = None
-    try:
-        index = report.build(smoke_run)
-    except HarnessError as e:  # the report is still written; tests below look at it
-        error, index = e, smoke_run.path / "report" / "index.html"
-    finally:
-        if saved is None:
-            os.environ.pop(report.FIGURES_ENV, None)
-        else:
-            os.environ[report.FIGURES_ENV] = saved
-    return SimpleNamespace(index=index, figures=figures, error=error, run=smoke_run,
-                           committed_before=committed)
+def built(smoke_report):
+    """`report.build` on the smoke run (conftest's `smoke_report`, shared with the families' tests)."""
+    return smoke_report
 
 
 def test_notebooks_are_parameterised_and_committed_without_outputs():
@@ -107,7 +89,7 @@ def test_figures_and_their_manifest(built):
         assert e["git_sha"] == built.run.manifest["environment"]["git"]["sha"]
     on_disk = {p.name for p in built.figures.iterdir() if p.name != "manifest.json"}
     assert on_disk == listed, f"figures not in the manifest: {sorted(on_disk - listed)}"
-    assert _snapshot(report.FIGURES_DIR) == built.committed_before, "the tests touched figures/"
+    assert snapshot(report.FIGURES_DIR) == built.committed_before, "the tests touched figures/"
 
 
 # Each family notebook shows, through `notebook.show`, the headline table of each of its experiments.
@@ -400,3 +382,19 @@ def test_every_embedded_image_gets_its_sections_description_as_alt_text():
     out = report.with_alt_text(body, alts)
     assert re.findall(r'alt="([^"]*)"', out) == alts and "No description" not in out and 'width="3"' in out
     assert report.with_alt_text(body, alts[:1]) == body
+
+
+def test_a_run_of_some_experiments_gets_the_notebooks_that_read_them():
+    """The findings and the summary read any run; a family's notebook only a run with one of the
+    experiments that declare it (a kernel and its imports saved per notebook left out)."""
+    def names(*experiments: str) -> list[str]:
+        run = SimpleNamespace(id="r", experiments={e: {} for e in experiments})
+        return [nb.name for nb in report.notebooks_for(run)]
+
+    assert names("mongo_client", "pg_models") == ["00_findings.ipynb", "00_summary.ipynb",
+                                                   "02_mongo_client_bulk_models.ipynb", "03_postgres_models.ipynb"]
+    assert names(*registry.all_experiments()) == [nb.name for nb in report.notebooks()]
+    assert names("openloop_check") == ["00_findings.ipynb", "00_summary.ipynb"]   # declares none
+    assert names("verify_postgres") == [report.WORKLOAD_NOTEBOOK]
+    with pytest.raises(HarnessError, match="no experiment a notebook reads"):
+        names()

@@ -50,7 +50,15 @@ from typing import Any, Final
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+
+
+def _sps() -> Any:
+    """scipy.stats, imported on first use: it takes a second or more to import, and the workers
+    and the CLI's quick answers (errors, `--help`) import this module without needing it."""
+    from scipy import stats
+
+    return stats
+
 
 PERCENTILE_METHOD: Final = "linear"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
@@ -282,7 +290,7 @@ def _t_interval(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, f
     se = float(x.std(ddof=1) / math.sqrt(n))
     if se == 0.0:
         return mean, mean, mean, 0.0
-    low, high = sps.t.interval(confidence, n - 1, loc=mean, scale=se)
+    low, high = _sps().t.interval(confidence, n - 1, loc=mean, scale=se)
     return mean, float(low), float(high), se
 
 
@@ -355,7 +363,7 @@ def detectable_log_effect(sd_log: float, n: int, alpha: float = ALPHA, power: fl
     if n < 2 or not math.isfinite(sd_log):
         return float("nan")
     df = n - 1
-    return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd_log / math.sqrt(n))
+    return float((_sps().t.ppf(1 - alpha / 2, df) + _sps().t.ppf(power, df)) * sd_log / math.sqrt(n))
 
 
 def _one_sided(m: float, se: float, n: int, ref: float) -> tuple[float, float]:
@@ -364,7 +372,7 @@ def _one_sided(m: float, se: float, n: int, ref: float) -> tuple[float, float]:
     if n < 2 or not se > 0:
         return float("nan"), float("nan")
     t = (m - ref) / se
-    return float(sps.t.sf(t, n - 1)), float(sps.t.cdf(t, n - 1))
+    return float(_sps().t.sf(t, n - 1)), float(_sps().t.cdf(t, n - 1))
 
 
 def log_ratio_summary(logs: Sequence[float] | np.ndarray, reference: float = 1.0,
@@ -444,11 +452,11 @@ def sign_test(values: Sequence[float] | np.ndarray, reference: float,
         nan = float("nan")
         return {"n": 0, "above": 0, "below": 0, "p_greater": nan, "p_less": nan, "share_low": nan,
                 "share_high": nan, "below_share_low": nan, "below_share_high": nan, "confidence": confidence}
-    up = sps.binomtest(above, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
-    down = sps.binomtest(below, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
+    up = _sps().binomtest(above, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
+    down = _sps().binomtest(below, n, 0.5).proportion_ci(confidence_level=confidence, method="exact")
     return {"n": n, "above": above, "below": below,
-            "p_greater": float(sps.binomtest(above, n, 0.5, alternative="greater").pvalue),
-            "p_less": float(sps.binomtest(below, n, 0.5, alternative="greater").pvalue),
+            "p_greater": float(_sps().binomtest(above, n, 0.5, alternative="greater").pvalue),
+            "p_less": float(_sps().binomtest(below, n, 0.5, alternative="greater").pvalue),
             "share_low": float(up.low), "share_high": float(up.high),
             "below_share_low": float(down.low), "below_share_high": float(down.high), "confidence": confidence}
 
