@@ -7,7 +7,6 @@ started by the harness's own provisioning code.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -56,18 +55,13 @@ def smoke_report(smoke_run, tmp_path_factory) -> SimpleNamespace:
     notebook executed once by papermill, read by the report's tests and by each family's."""
     figures = tmp_path_factory.mktemp("figures")
     committed = snapshot(report.FIGURES_DIR)
-    saved = os.environ.get(report.FIGURES_ENV)
-    os.environ[report.FIGURES_ENV] = str(figures)
     error = None
-    try:
-        index = report.build(smoke_run)
-    except HarnessError as e:  # the report is still written; tests look at it
-        error, index = e, smoke_run.path / "report" / "index.html"
-    finally:
-        if saved is None:
-            os.environ.pop(report.FIGURES_ENV, None)
-        else:
-            os.environ[report.FIGURES_ENV] = saved
+    with pytest.MonkeyPatch.context() as mp:  # session-scoped, as in smoke_run
+        mp.setenv(report.FIGURES_ENV, str(figures))
+        try:
+            index = report.build(smoke_run)
+        except HarnessError as e:  # the report is still written; tests look at it
+            error, index = e, smoke_run.path / "report" / "index.html"
     return SimpleNamespace(index=index, figures=figures, error=error, run=smoke_run,
                            committed_before=committed)
 

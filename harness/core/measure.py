@@ -254,8 +254,11 @@ class _Periodic:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(self._pause()):
             self.sample()
+
+    def _pause(self) -> float:
+        return self.interval
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -378,8 +381,7 @@ class EdgeCPU(_Periodic):
 
     def _loop(self) -> None:
         self.priority = raise_thread_priority()
-        while not self._stop.wait(self._pause()):
-            self.sample()
+        super()._loop()
 
     def _pause(self) -> float:
         """`interval`, or longer when one round of readings takes more than READER_DUTY of it: a
@@ -408,7 +410,7 @@ class EdgeCPU(_Periodic):
         longest = 0.0
         for role, pts in self.samples.items():
             for t in (open_at, close_at):
-                i = next((k for k in range(len(pts) - 1) if pts[k][0] <= t <= pts[k + 1][0]), None)
+                i = _bracket(pts, t)
                 if i is None:
                     return math.nan
                 longest = max(longest, *self.read_s[role][i:i + 2])
@@ -419,11 +421,12 @@ class EdgeCPU(_Periodic):
         """The role's cumulative (user, system) CPU at perf_counter() time `t`, interpolated between
         the two readings around it; NaN outside the read span or for a role never read."""
         pts = self.samples.get(role, [])
-        for (ta, va), (tb, vb) in zip(pts, pts[1:], strict=False):
-            if ta <= t <= tb:
-                f = (t - ta) / (tb - ta) if tb > ta else 0.0
-                return va[0] + f * (vb[0] - va[0]), va[1] + f * (vb[1] - va[1])
-        return math.nan, math.nan
+        i = _bracket(pts, t)
+        if i is None:
+            return math.nan, math.nan
+        (ta, va), (tb, vb) = pts[i], pts[i + 1]
+        f = (t - ta) / (tb - ta) if tb > ta else 0.0
+        return va[0] + f * (vb[0] - va[0]), va[1] + f * (vb[1] - va[1])
 
     def window(self, open_at: float, close_at: float) -> dict[str, tuple[float, float]]:
         """Each role's (user, system) CPU seconds between `open_at` and `close_at` (perf_counter()
@@ -433,6 +436,11 @@ class EdgeCPU(_Periodic):
             (u0, s0), (u1, s1) = self.at(role, open_at), self.at(role, close_at)
             out[role] = (u1 - u0, s1 - s0)
         return out
+
+
+def _bracket(pts: list[tuple[float, Any]], t: float) -> int | None:
+    """The index of the first of the two timed readings `t` lies between; None outside them."""
+    return next((k for k in range(len(pts) - 1) if pts[k][0] <= t <= pts[k + 1][0]), None)
 
 
 def raise_thread_priority(nice: int = READER_NICE) -> str:
