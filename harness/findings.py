@@ -70,9 +70,8 @@ class Lesson:
 LESSONS: tuple[Lesson, ...] = (
     Lesson(
         id="000-sync-async", seed="000",
-        words=("Max RPS: Sync (1 Thread) ~48.8 | Async (Event Loop) ~113.4 ... This proves that Async "
-               "manages high-concurrency significantly better"),
-        seed_figure="113.4 / 48.8 = 2.32× Locust peak RPS",
+        words=LINES["000-sync-async"],
+        seed_figure="Max RPS ~113.4 async (event loop), ~48.8 sync (1 thread) (2.32×)",
         measure="async / sync (1 thread) Locust peak RPS",
         claims=("000-rps-01", "000-lat-01", "000-lat-02", "000-bottleneck-01"),
         means={"holds": "A `def` endpoint gets one database wait per thread token; an `async def` endpoint "
@@ -86,8 +85,7 @@ LESSONS: tuple[Lesson, ...] = (
         sides=("async", "sync, 1 thread")),
     Lesson(
         id="000-mixed", seed="000",
-        words=("an API written with FastAPI but using synchronous PyMongo can perform worse under load "
-               "than a fully synchronous application with multiple worker threads"),
+        words=LINES["000-mixed"],
         seed_figure="no number (the direction only)",
         measure="max RPS, sync driver in `async def` / sync app with 40 threads",
         claims=("000-mixed-01",),
@@ -100,7 +98,7 @@ LESSONS: tuple[Lesson, ...] = (
         sides=("sync driver in `async def`", "sync, 40 threads")),
     Lesson(
         id="001-client", seed="001",
-        words="Verify: exactly one AsyncMongoClient is constructed per process, and close() is awaited at shutdown.",
+        words=LINES["001-client"],
         seed_figure="2.44 ms per query with a client per request, 0.20 ms shared (12.2×)",
         measure="time per query, client per request / shared client",
         claims=("001-client-01",),
@@ -113,8 +111,7 @@ LESSONS: tuple[Lesson, ...] = (
         sides=("client per request", "shared client")),
     Lesson(
         id="001-bulk", seed="001",
-        words=("Verify: loaders use insert_many or bulk_write, and the choice of ordered matches what should "
-               "happen after the first error."),
+        words=LINES["001-bulk"],
         seed_figure="insert_one 200 µs per document, insert_many 5.2 µs (38×); ordered=False 0.51 s against 0.52 s",
         measure="time per document, insert_one in a loop / insert_many",
         claims=("001-bulk-01", "001-bulk-04"),

@@ -1,11 +1,18 @@
-"""The seeds' own sentences that the harness quotes: each "Verify:" line of seeds 001 and 002, and
-seed 002's "Decide:" line, word for word. Typed once, here; the findings table
-(`harness.findings.LESSONS`) and verify's checks (`harness.experiments.verify.analysis.LINES`) quote them by key.
+"""The seeds' own sentences that the harness quotes: each "Verify:" line of seeds 001 and 002,
+seed 002's decision rule (its "5. Decide"), and, since seed 000 has no Verify line, the two
+sentences of seed 000 that its lessons rest on. Each is the seed's text exactly, "..." only where
+words are left out. Typed once, here; the findings table
+(`harness.findings.LESSONS`) and verify's checks (`harness.experiments.verify.analysis.LINES`)
+quote them by key.
 """
 
 from __future__ import annotations
 
 LINES: dict[str, str] = {
+    "000-sync-async": "This proves that Async manages high-concurrency significantly better, even when the "
+                      "individual database query is complex.",
+    "000-mixed": "an API written with FastAPI but using synchronous PyMongo can perform worse under load than a "
+                 "fully synchronous application with multiple worker threads",
     "001-cursor": "Verify: every cursor that can return more than a few thousand documents sets batch_size, and "
                   "a probe shows loop stalls below 10 ms while it runs.",
     "001-pool": "Verify: under a load test with more tasks than connections, the maximum latency is within a "
@@ -26,6 +33,8 @@ LINES: dict[str, str] = {
                 "chosen configuration meets the latency objective.",
     "002-limit": "Verify: the decision names which resource limited throughput in the benchmark — pool or client "
                  "CPU — and the production pool size matches the tested one.",
-    "002-decide": "Decide: if the database or the pool is the bottleneck, keep the codebase's model; if the "
-                  "client is, asyncio does the same work with a fraction of the CPU.",
+    # the seed's "5. Decide" paragraph, its two rules
+    "002-decide": "If the database is the bottleneck ... threads and asyncio deliver the same throughput, and "
+                  "the existing codebase should decide ... If the client is the bottleneck ... asyncio did the "
+                  "same work with a quarter of the CPU, and asyncpg on uvloop with a ninth.",
 }
