@@ -248,12 +248,12 @@ def test_write_and_check_a_readme(tmp_path, capsys):
     summary.parent.mkdir()
     summary.write_text(json.dumps(SYNTHETIC))
     readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{findings.START}\nold\n{findings.END}\n\nafter\n")
+    readme.write_text(f"# Title\n\n{findings.START}\nstale block\n{findings.END}\n\nafter\n")
     args = ["--summary", str(summary), "--readme", str(readme)]
     assert findings.main(["--check", *args]) == 1
     assert findings.main(["--write-readme", *args]) == 0
     text = readme.read_text()
-    assert text.startswith("# Title\n\n") and text.endswith("\n\nafter\n") and "old" not in text
+    assert text.startswith("# Title\n\n") and text.endswith("\n\nafter\n") and "stale block" not in text
     assert findings.main(["--check", *args]) == 0
     readme.write_text(text.replace("**reproduced**", "**not reproduced**", 1))
     assert findings.main(["--check", *args]) == 1

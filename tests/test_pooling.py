@@ -237,7 +237,8 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
                         (("mongo_pool", "v1"),))
     # the pooled interval, judged by the band rule, lies below the band: size not reproduced, whose class
     # (holds) is each run's `direction only`
-    assert r["agree_text"] == "3 of 3 runs agree" and r["verdict"] == "size not reproduced"
+    # and the runs' own verdicts are said beside the agreement
+    assert r["agree_text"] == "3 of 3 runs agree (holds: 3 direction only)" and r["verdict"] == "size not reproduced"
     assert [p["run_id"][-4:] for p in r["per_run"]] == ["bbbb", "cccc", "dddd"]
     assert sum(p["weight"] for p in r["per_run"]) == pytest.approx(1.0)
     assert r["tau2"] > 0 and r["pi_high"] - r["pi_low"] > r["ci_high"] - r["ci_low"]
@@ -246,6 +247,15 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     # by rules only, the other version pools too; plain (run_id, boot_id, summary) tuples are accepted
     loose = pooled_lessons([(r.run_id, r.boot_id, r.summary) for r in runs], ["001-pool-13"], match="rules")
     assert loose.iloc[0]["k"] == 4
+
+
+def test_agreement_in_class_names_the_runs_own_verdicts_where_they_differ():
+    assert pooling.agree_text("reproduced", ["reproduced", "reproduced"]) == "2 of 2 runs agree"
+    # the README's 001-bulk with runs 851b and f1b4: a pooled interval of two runs reaches the band
+    assert (pooling.agree_text("reproduced", ["size not reproduced", "size not reproduced"])
+            == "2 of 2 runs agree (holds: 2 size not reproduced)")
+    assert (pooling.agree_text("not reproduced", ["not reproduced", "reproduced", "inconclusive"])
+            == "1 of 3 runs agree")
 
 
 def test_rules_versions_do_not_mix_and_disagreement_is_said():
