@@ -250,12 +250,12 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
 
 
 def test_agreement_in_class_names_the_runs_own_verdicts_where_they_differ():
-    assert pooling.agree_text("reproduced", ["reproduced", "reproduced"]) == "2 of 2 runs agree"
+    assert pooling.agreement("reproduced", ["reproduced", "reproduced"]) == (2, "2 of 2 runs agree")
     # the README's 001-bulk with runs 851b and f1b4: a pooled interval of two runs reaches the band
-    assert (pooling.agree_text("reproduced", ["size not reproduced", "size not reproduced"])
-            == "2 of 2 runs agree (holds: 2 size not reproduced)")
-    assert (pooling.agree_text("not reproduced", ["not reproduced", "reproduced", "inconclusive"])
-            == "1 of 3 runs agree")
+    assert (pooling.agreement("reproduced", ["size not reproduced", "size not reproduced"])
+            == (2, "2 of 2 runs agree (holds: 2 size not reproduced)"))
+    assert (pooling.agreement("not reproduced", ["not reproduced", "reproduced", "inconclusive"])
+            == (1, "1 of 3 runs agree"))
 
 
 def test_rules_versions_do_not_mix_and_disagreement_is_said():

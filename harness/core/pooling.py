@@ -70,7 +70,7 @@ direction, no seed figure if the row has no seed number; else inconclusive; equi
 the margin -> equivalent, wholly outside -> not reproduced; absolute rows: not comparable. No Holm
 adjustment is applied across lessons. "k of K runs agree": the pooled runs whose own verdict has the
 pooled verdict's class (harness.core.verdicts: holds / fails / open), with their own verdicts beside
-it when those differ from the pooled one (`agree_text`); runs of different classes are named
+it when those differ from the pooled one (`agreement`); runs of different classes are named
 (`disagreement`).
 """
 
@@ -356,11 +356,11 @@ def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, 
 
 # -- a verdict across runs -------------------------------------------------------------------------
 
-def agree_text(verdict: str, run_verdicts: Iterable[str]) -> str:
-    """ "k of K runs agree": runs whose own verdict has the pooled verdict's class. Where they agree
-    in class but not in words (a pooled `reproduced` over runs each `size not reproduced`: a wide
-    pooled interval of few runs reaches the band that each run's own interval missed), their own
-    verdicts follow, so the class never hides what each run said."""
+def agreement(verdict: str, run_verdicts: Iterable[str]) -> tuple[int, str]:
+    """(k, "k of K runs agree"): the runs whose own verdict has the pooled verdict's class. Where they
+    agree in class but not in words (a pooled `reproduced` over runs each `size not reproduced`: a
+    wide pooled interval of few runs reaches the band that each run's own interval missed), their
+    own verdicts follow in the text, so the class never hides what each run said."""
     run_verdicts = list(run_verdicts)
     cls = verdict_class(verdict)
     same_class = [v for v in run_verdicts if verdict_class(v) == cls]
@@ -368,7 +368,7 @@ def agree_text(verdict: str, run_verdicts: Iterable[str]) -> str:
     if any(v != verdict for v in same_class):
         counts = Counter(same_class)
         text += f" ({cls}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
-    return text
+    return len(same_class), text
 
 
 def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
@@ -563,9 +563,8 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     else:
         level_shown, log_ci = result.level, result.log_ci
         verdict = pooled_verdict(newest_row, log_ci)
-    cls = verdict_class(verdict)
     verdicts = {i: u[2].verdict for i, u in zip(ids, chosen)}
-    agree = sum(verdict_class(v) == cls for v in verdicts.values())
+    agree, agree_text = agreement(verdict, verdicts.values())
     classes = {verdict_class(v) for v in verdicts.values()}
     if len(classes) > 1:
         rec["disagreement"] = ("single-run verdicts disagree across boots: "
@@ -582,7 +581,7 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
                ci_high=math.exp(log_ci[1]), ci_level=level_shown, tau2=result.tau2, i2=result.i2, q=result.q,
                log_estimate=result.log_estimate, log_se=result.log_se, log_ci_low=log_ci[0], log_ci_high=log_ci[1],
                method=result.method, pooled=result.pooled, verdict=verdict, agree=agree,
-               agree_text=agree_text(verdict, verdicts.values()), verdicts=verdicts, per_run=per_run,
+               agree_text=agree_text, verdicts=verdicts, per_run=per_run,
                pi_reason=result.pi_reason, notes=result.notes)
     if result.log_pi is not None:
         rec.update(log_pi_low=result.log_pi[0], log_pi_high=result.log_pi[1], pi_low=math.exp(result.log_pi[0]),
