@@ -21,6 +21,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -368,7 +369,8 @@ class EdgeCPU(_Periodic):
     (`raise_thread_priority`; what it got is `priority`): at nice 0 it queued behind 200 backends
     between its reads. Since it now preempts the load, it spaces its readings so as to use at most
     READER_DUTY of a core (`_pause`). Each reading's duration is kept (`read_s`, `edge_read_s()`).
-    A process that has exited keeps its last reading."""
+    A lone process that has gone is not read (what it used after its last reading is unknown, so
+    an edge past that reading is NaN); a tree keeps its last reading."""
 
     def __init__(self, roles: dict[str, tuple[int | None, bool]], interval: float = EDGE_SAMPLE_S):
         self.interval = interval
@@ -378,6 +380,8 @@ class EdgeCPU(_Periodic):
         self.read_s: dict[str, list[float]] = {"machine": []}   # how long each reading took, beside samples
         self.priority = "not raised yet"
         self._stop = threading.Event()
+        self._sampling = threading.Lock()
+        self._at_exit: list[int] = []     # children whose exit reading this reader asked for
 
     def _loop(self) -> None:
         self.priority = raise_thread_priority()
@@ -391,17 +395,32 @@ class EdgeCPU(_Periodic):
         return max(self.interval, last_round / READER_DUTY)
 
     def add(self, role: str, pid: int) -> None:
-        """A role started after the reader (the measured child): read from the next tick on."""
+        """A role started after the reader (the measured child): read from the next tick on, and
+        once more when it has exited, before it is reaped (`read_at_exit`): a child that exits
+        within one pause of its window's close would otherwise leave that edge unread (2 of 192
+        pg_models windows in 851b lost their CPU so)."""
         self._readers[role] = _CPUReader(pid, tree=False)
+        read_at_exit(pid, self.sample)
+        self._at_exit.append(pid)
 
     def sample(self) -> None:
-        for role, read in [("machine", lambda: (machine_busy_s(), 0.0)),
-                           *((r, reader.read) for r, reader in list(self._readers.items()))]:
-            t0 = time.perf_counter()
-            value = read()
-            t1 = time.perf_counter()
-            self.samples.setdefault(role, []).append(((t0 + t1) / 2, value))
-            self.read_s.setdefault(role, []).append(t1 - t0)
+        # the reader thread and the owner's last reading (`add`) must not interleave: each role's
+        # readings stay in time order for `_bracket`
+        with self._sampling:
+            for role, read in [("machine", lambda: (machine_busy_s(), 0.0)),
+                               *((r, reader.read) for r, reader in list(self._readers.items()))]:
+                t0 = time.perf_counter()
+                value = read()
+                t1 = time.perf_counter()
+                if value is None:  # a lone process gone: its CPU since the last reading is unknown
+                    continue
+                self.samples.setdefault(role, []).append(((t0 + t1) / 2, value))
+                self.read_s.setdefault(role, []).append(t1 - t0)
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        for pid in self._at_exit:   # a child not waited for by `run_child`: nothing left to call
+            readings_at_exit(pid)
 
     def edge_read_s(self, open_at: float, close_at: float) -> float:
         """The longest any reading took among those a window's edges are interpolated between: a
@@ -436,6 +455,22 @@ class EdgeCPU(_Periodic):
             (u0, s0), (u1, s1) = self.at(role, open_at), self.at(role, close_at)
             out[role] = (u1 - u0, s1 - s0)
         return out
+
+
+# pid -> readings to take once that child has exited and before it is reaped: a zombie's /proc
+# entry still holds its final CPU times. `processes.run_child` takes them; `EdgeCPU.add` asks.
+_AT_EXIT: dict[int, list[Callable[[], None]]] = {}
+
+
+def read_at_exit(pid: int, reading: Callable[[], None]) -> None:
+    """Have `reading` called when child `pid` has exited, before it is reaped (by
+    `processes.run_child`, which waits for its children so)."""
+    _AT_EXIT.setdefault(pid, []).append(reading)
+
+
+def readings_at_exit(pid: int) -> list[Callable[[], None]]:
+    """The readings asked for at child `pid`'s exit, handed over once (to its waiter)."""
+    return _AT_EXIT.pop(pid, [])
 
 
 def _bracket(pts: list[tuple[float, Any]], t: float) -> int | None:
@@ -494,9 +529,10 @@ def _descendants(pid: int) -> list[int]:
 
 
 class _CPUReader:
-    """(user, system) CPU of one process, or of a process tree. A lone process keeps its last
-    reading once it has exited; a tree drops an exited member, whose CPU its reaper (a member: the
-    postmaster for PostgreSQL's backends) then counts in its `children_*` times, as in `TreeCPU`."""
+    """(user, system) CPU of one process, or of a process tree. A lone process that has gone reads
+    None (a zombie still reads: its final times); a tree drops an exited member, whose CPU its
+    reaper (a member: the postmaster for PostgreSQL's backends) then counts in its `children_*`
+    times, as in `TreeCPU`, and keeps the root's last reading."""
 
     def __init__(self, pid: int, tree: bool):
         self.root = psutil.Process(pid)
@@ -504,23 +540,27 @@ class _CPUReader:
         self._members: dict[int, psutil.Process] = {pid: self.root}
         self._last: dict[int, tuple[float, float]] = {}
 
-    def read(self) -> tuple[float, float]:
-        if self.tree:
-            for pid in _descendants(self.root.pid):
-                if pid not in self._members:
-                    try:
-                        self._members[pid] = psutil.Process(pid)
-                    except psutil.Error:
-                        continue
+    def read(self) -> tuple[float, float] | None:
+        if not self.tree:
+            try:
+                t = self.root.cpu_times()
+            except psutil.Error:
+                return None
+            return t.user, t.system
+        for pid in _descendants(self.root.pid):
+            if pid not in self._members:
+                try:
+                    self._members[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    continue
         for pid, proc in self._members.items():
             try:
                 t = proc.cpu_times()
-                self._last[pid] = ((t.user + t.children_user, t.system + t.children_system) if self.tree
-                                   else (t.user, t.system))
+                self._last[pid] = (t.user + t.children_user, t.system + t.children_system)
             except psutil.Error:
-                if self.tree and pid != self.root.pid:
+                if pid != self.root.pid:
                     self._last.pop(pid, None)
-        for pid in [p for p in self._members if self.tree and p not in self._last and p != self.root.pid]:
+        for pid in [p for p in self._members if p not in self._last and p != self.root.pid]:
             del self._members[pid]
         if not self._last:
             return math.nan, math.nan

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .config import REPO_ROOT
-from .measure import error_text
+from .measure import error_text, readings_at_exit
 
 _PR_SET_PDEATHSIG = 1
 _live: list[ManagedProcess] = []
@@ -87,6 +87,20 @@ class ManagedProcess:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def wait_unreaped(self, timeout: float) -> bool:
+        """True once the child has exited, left unreaped (a zombie, whose /proc entry still holds
+        its final CPU times until `wait()` reaps it); False if it is still running after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:  # already reaped
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -248,7 +262,10 @@ def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path:
     """Run `python -m module SPEC RESULT` for `spec` (a dataclass, or a JSON-able dict), stopped
     after `timeout_s`. `python` is the interpreter (default: this one; another venv's for a client
     measured on another Python); `tail_lines` of its log are kept in the outcome; `on_start` is
-    called with the child's pid as soon as it exists (a CPU reader that watches it).
+    called with the child's pid as soon as it exists (a CPU reader that watches it). Once the child
+    has exited, and before it is reaped, the readings asked for then are taken
+    (`measure.read_at_exit`: that reader's last reading of it, after its last window however soon
+    it exits).
 
     The spec file lives in a private temporary directory (it may hold credentials) and is removed
     when the child ends.
@@ -264,7 +281,11 @@ def run_child(name: str, module: str, spec: Any, *, result_path: Path, log_path:
         try:
             if on_start is not None:
                 on_start(proc.pid)
-            code = proc.wait(timeout_s)
+            exited = proc.wait_unreaped(timeout_s)
+            for reading in readings_at_exit(proc.pid):
+                if exited:
+                    reading()
+            code = proc.wait(None if exited else 0)
         finally:
             proc.stop()
     result = None
