@@ -185,9 +185,11 @@ def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict |
         yield route.stack, route.record
 
 
-def _calibrate(stack: ServerStack, profile: str, pgbench: bool) -> dict[str, Any]:
+def _calibrate(stack: ServerStack, profile: str, pgbench: bool, normalised: bool) -> dict[str, Any]:
     """In-run ceilings (`harness.core.calibration`, contract C3); smoke takes one short repeat, not three;
-    no pgbench on servers the run may only read (`run(read_only_servers=True)`)."""
+    no pgbench on servers the run may only read (`run(read_only_servers=True)`). A run whose
+    experiments divide nothing by a ceiling (`normalised` False: `harness verify`) keeps them as
+    context, one repeat (3 s less before and after each verify)."""
     t0 = time.perf_counter()
     try:
         from .core import calibration
@@ -196,7 +198,8 @@ def _calibrate(stack: ServerStack, profile: str, pgbench: bool) -> dict[str, Any
             out = dict(calibration.measure(stack, repeats=1, cpu_seconds=0.25, pgbench_warmup=False,
                                            pgbench=pgbench))
         else:
-            out = dict(calibration.measure(stack, pgbench=pgbench))
+            out = dict(calibration.measure(stack, repeats=calibration.REPEATS if normalised else 1,
+                                           pgbench=pgbench))
     except Exception as e:  # recorded, not fatal: the experiments' own figures stand without it
         out = {"error": error_text(e, 2000)}
     out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -232,6 +235,7 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
         needs += (servers.PROXY,)   # one Toxiproxy for the run, not one per repeat
     order = schedule(planned)
     pgbench = not read_only_servers
+    normalised = any(p.experiment.ceiling for p in planned)   # a throughput divided by a ceiling
     writer = RunWriter(data_dir, new_run_id(profile), {
         "profile": profile, "repeat": repeat, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": sys.argv, "overrides": overrides or {},
@@ -259,13 +263,13 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
             writer.save()
             emit("servers", writer.manifest["servers"])
             emit("calibration", {"when": "before"})
-            writer.manifest["calibration"] = {"before": _calibrate(stack, profile, pgbench)}
+            writer.manifest["calibration"] = {"before": _calibrate(stack, profile, pgbench, normalised)}
             with placement_mod.applied(stack, placement) as where:
                 writer.manifest["placement"] = where
                 _study(planned, order, stack, writer, emit,
                        python=venv.python if venv and venv.mode != "study" else None)
             emit("calibration", {"when": "after"})
-            writer.manifest["calibration"]["after"] = _calibrate(stack, profile, pgbench)
+            writer.manifest["calibration"]["after"] = _calibrate(stack, profile, pgbench, normalised)
             _keep_server_logs(stack, writer.path / "servers")
         writer.manifest["wall_s"] = round(time.perf_counter() - t_run, 2)
         _summarise(writer)
