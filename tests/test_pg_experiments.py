@@ -66,9 +66,17 @@ def test_pg_models_shape_and_sanity(models_run):
     assert "failures" not in tables
     w, s, c = tables["windows"], tables["samples"], tables["calibration"]
     bound = tables["bound_regime"]
-    # the calibrated regime chose its database time from the pilot, and its cells ran at it
+    # the calibrated regime chose its database time from the costliest seed cell's CPU per request,
+    # and its cells ran at it
     assert len(bound) == len(p.bound_pools) and bound["reachable"].all(), bound.to_dict("records")
-    assert (bound["client_us"] > 0).all() and (bound["db_ms"] >= max(p.slow_ms)).all()
+    assert bound["cost_ok"].all() and (bound["db_ms"] >= max(p.slow_ms)).all()
+    for _, b in bound.iterrows():
+        cell = w[w["variant"] == b["cost_variant"]].iloc[0]
+        assert cell["slow_ms"] == max(p.slow_ms) and cell["pool"] == b["pool"] and cell["model"] == b["cost_model"]
+        assert b["client_us"] == pytest.approx(1e6 * cell["cpu_s"] / cell["completed"])
+        costs = result["notes"][f"bound_costs_pool{int(b['pool'])}"]
+        assert set(costs) == set(p.bound_models)
+        assert b["db_ms"] == max(c["db_ms"] for c in costs.values())   # the costliest model's time
     bound_cells = w[w["regime"] == "bound"]
     assert len(bound_cells) == len(p.bound_models) * len(p.bound_pools)
     assert set(bound_cells["slow_ms"]) == set(bound["db_ms"]) and set(bound_cells["model"]) == set(p.bound_models)
@@ -105,8 +113,8 @@ def test_pg_models_shape_and_sanity(models_run):
         assert row["regime"] == regime_name(row["slow_ms"])
         assert (c["variant"] == row["variant"]).sum() == p.calibration_requests
     assert (c["latency_s"] > 0).all()
-    # artifacts: one child log per variant, the bound cells' and their pilot's included
-    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected + len(bound_cells) + len(bound)
+    # artifacts: one child log per variant, the bound cells' included
+    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected + len(bound_cells)
 
 
 def test_pg_models_analysis(models_run, tmp_path):
@@ -222,9 +230,46 @@ def test_a_pool_bound_regime_out_of_reach_says_why_before_measuring():
     assert not long["reachable"] and "bound_max_window_s" in long["reason"] and long["db_ms"] > 100
 
 
+def _seed_cell(model, cpu_s, server_cpu_s=0.4, completed=1000, cpu_check=""):
+    from harness.experiments.postgres.models import variant_name
+
+    return {"variant": variant_name(model, 10.0, 20), "model": model, "slow_ms": 10.0, "pool": 20,
+            "cpu_s": cpu_s, "server_cpu_s": server_cpu_s, "completed": completed, "cpu_check": cpu_check}
+
+
+def test_the_costliest_model_s_seed_cell_sets_the_database_time():
+    """Each bound model's CPU per request in its seed cell (10 ms, the same pool) gives the time it
+    alone would need; the longest is chosen, so every model's bound fits half a core. A missing
+    cell, or one whose CPU does not fit the machine, leaves the regime out of reach, saying which."""
+    import pandas as pd
+
+    from harness.experiments.postgres.models import PgModelsParams, bound_costs
+
+    p = PgModelsParams(bound_models=("threads_psycopg", "asyncio_psycopg", "uvloop_asyncpg"))
+    cells = pd.DataFrame([_seed_cell("threads_psycopg", 0.70), _seed_cell("asyncio_psycopg", 1.00),
+                          _seed_cell("uvloop_asyncpg", 0.35)])
+    chosen, per_model = bound_costs(cells, p, 20, cores=2)
+    assert chosen["reachable"] and chosen["cost_ok"] and chosen["cost_model"] == "asyncio_psycopg"
+    assert chosen["client_us"] == pytest.approx(1000.0) and chosen["server_us"] == pytest.approx(400.0)
+    assert chosen["db_ms"] == max(m["db_ms"] for m in per_model.values()) > per_model["uvloop_asyncpg"]["db_ms"]
+    assert chosen["client_cores_needed"] <= 0.5 + 1e-9
+    assert chosen["cost_variant"] == "asyncio_psycopg[slow_ms=10,pool=20]"
+
+    no_cell, _ = bound_costs(cells[cells["model"] != "asyncio_psycopg"], p, 20, cores=2)
+    assert not no_cell["reachable"] and not no_cell["cost_ok"]
+    assert "asyncio_psycopg[slow_ms=10,pool=20] was not measured" in no_cell["reason"]
+    unfit = cells.copy()
+    unfit.loc[unfit["model"] == "uvloop_asyncpg", "cpu_check"] = "machine CPU 4.6 s above 2 cores"
+    rejected, _ = bound_costs(unfit, p, 20, cores=2)
+    assert not rejected["reachable"] and "do not fit the machine (machine CPU 4.6 s" in rejected["reason"]
+    fast_only, _ = bound_costs(cells, PgModelsParams(slow_ms=(0.0,)), 20, cores=2)
+    assert not fast_only["reachable"] and "was not measured" in fast_only["reason"]
+
+
 def test_later_repeats_keep_the_first_repeat_s_database_time(tmp_path):
     """One regime per run: a repeat after the first reads the first repeat's choice from its table
-    instead of running a pilot of its own; the first repeat (and one after a pilot that failed) chooses."""
+    instead of choosing from its own seed cells; the first repeat (and one after a repeat whose cells
+    gave no usable reading) chooses."""
     import types
 
     import pandas as pd
@@ -237,10 +282,10 @@ def test_later_repeats_keep_the_first_repeat_s_database_time(tmp_path):
         return types.SimpleNamespace(repeat=repeat, artifacts=out / "artifacts")
 
     assert _earlier_choice(ctx(0), 20) is None
-    pd.DataFrame([{"pool": 20, "pilot_ok": False, "db_ms": float("nan"), "reachable": False}]).to_parquet(
+    pd.DataFrame([{"pool": 20, "cost_ok": False, "db_ms": float("nan"), "reachable": False}]).to_parquet(
         tmp_path / "pg_models" / "r0" / "bound_regime.parquet")
-    assert _earlier_choice(ctx(1), 20) is None          # r0's pilot failed: r1 chooses for itself
-    pd.DataFrame([{"pool": 20, "pilot_ok": True, "db_ms": 65.0, "reachable": True, "chosen_in_repeat": 1}]).to_parquet(
+    assert _earlier_choice(ctx(1), 20) is None          # r0 had no usable reading: r1 chooses for itself
+    pd.DataFrame([{"pool": 20, "cost_ok": True, "db_ms": 65.0, "reachable": True, "chosen_in_repeat": 1}]).to_parquet(
         tmp_path / "pg_models" / "r1" / "bound_regime.parquet")
     got = _earlier_choice(ctx(2), 20)
     assert got["db_ms"] == 65.0 and got["chosen_in_repeat"] == 1 and got["reachable"] is True

@@ -89,8 +89,9 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
   pg_models.<regime>.pool<P>.per_connection_rps     1 / that database time (requests/s)
   pg_models.bound.pool<P>.chosen_db_ms              the database time the calibration chose (ms),
   pg_models.bound.pool<P>.chosen_client_cores_needed | chosen_machine_cores_needed
-                                                    the cores its bound needs by the pilot (cores),
-  pg_models.bound.pool<P>.pilot_client_us           the pilot's client CPU per request (us)
+                                                    the cores its bound needs (cores),
+  pg_models.bound.pool<P>.cost_client_us            the client CPU per request it was chosen from:
+                                                    the costliest bound model's in its seed cell (us)
   pg_models.<regime>.pool<P>.<q>_ratio.<a>_over_<b> <q> in rps, cpu_us_per_req, p99_ms; for every
                                                     pair of models a before b in MODELS order
                                                     (e.g. threads_psycopg_over_uvloop_asyncpg)
@@ -383,11 +384,12 @@ def config_label(regime: str, slow_ms: float, pool: int) -> str:
 
 def bound_regime(run: Run) -> pd.DataFrame:
     """The calibrated pool-bound regime's choice, one row per repeat and bound pool (pg_models'
-    `bound_regime` table: the pilot's CPU per request and the database time, window and cores it
-    gave); empty for runs before it."""
+    `bound_regime` table: the costliest model's CPU per request and the database time, window and
+    cores it gave); empty for runs before it. Runs before 4 December chose from a pilot of one
+    model in the fast regime: their `pilot_model` and `pilot_ok` read as `cost_model`, `cost_ok`."""
     if "pg_models" not in run.experiments:
         return pd.DataFrame()
-    return run.table("pg_models", "bound_regime")
+    return run.table("pg_models", "bound_regime").rename(columns={"pilot_model": "cost_model", "pilot_ok": "cost_ok"})
 
 
 def seed_table(run: Run) -> pd.DataFrame:
@@ -438,7 +440,7 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
           "tps": ("transactions/s", "higher"), "chosen_db_ms": ("ms", ""), "chosen_client_cores_needed": ("cores", ""),
-          "chosen_machine_cores_needed": ("cores", ""), "pilot_client_us": ("us", "")}
+          "chosen_machine_cores_needed": ("cores", ""), "cost_client_us": ("us", "")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
@@ -499,7 +501,7 @@ def metrics(run: Run) -> pd.DataFrame:
             base = f"bound.pool{int(r['pool'])}"
             for q in ("db_ms", "client_cores_needed", "machine_cores_needed"):
                 put("pg_models", base, f"chosen_{q}", r["repeat"], r[q])
-            put("pg_models", base, "pilot_client_us", r["repeat"], r["client_us"])
+            put("pg_models", base, "cost_client_us", r["repeat"], r["client_us"])
     c = ceiling_table(run)
     if not c.empty:
         for _, r in c.iterrows():

@@ -11,15 +11,15 @@ measures a `duration_s` window; this worker only records what the child returns.
 The pool-bound regime, reached by calibration (`bound_pools`; regime `bound`): the seed's 10 ms
 queries at pool 20 make the pool the limit only on a client that can serve its bound (about 1,800
 req/s) with CPU to spare; on two cores shared with the server, no model can (it would take 0.8-2.4
-cores of client CPU). So, in the run's first repeat and per bound pool, a pilot of
-`bound_pilot_model` in the fast regime (`pilot[...]`, not recorded as a cell; later repeats keep
-its choice) measures client and server CPU per request,
-`pool_bound_regime` chooses the database time at which the pool's bound needs at most
-`bound_client_cores` of client CPU and `bound_machine_share` of the machine (and a window of
-`bound_cycles` requests per client), and every model of `bound_models` runs at it, named
-`<model>[regime=bound,pool=<n>]`. The choice is the `bound_regime` table; a regime out of reach
-skips its cells with the reason. The seed's literal cells (10 ms, pool 20) stay, as the seed's
-parameters and whatever regime they give here.
+cores of client CPU). So, in the run's first repeat and per bound pool, after the seed's cells,
+each model of `bound_models` has its client and server CPU per request read from its own seed cell
+(`<model>[slow_ms=10,pool=<n>]`: the seed's queries, the same pool); `pool_bound_regime` turns each
+into the database time at which the pool's bound needs at most `bound_client_cores` of client CPU
+and `bound_machine_share` of the machine (and a window of `bound_cycles` requests per client); the
+costliest model's, the longest, is chosen (`bound_costs`), later repeats keep it, and every model
+of `bound_models` runs at it, named `<model>[regime=bound,pool=<n>]`. The choice is the
+`bound_regime` table; a regime out of reach skips its cells with the reason. The seed's literal
+cells (10 ms, pool 20) stay, as the seed's parameters and whatever regime they give here.
 
 Tables (one repeat):
 - `samples`: variant, task (client id 0..clients-1), start_s (since the window opened), latency_s,
@@ -44,9 +44,12 @@ Tables (one repeat):
   (pool / database time).
 - `failures`: variant, model, slow_ms, pool, error, returncode, log_tail; a failed variant is
   recorded here and the others go on.
-- `bound_regime`: per bound pool, the pilot's readings (client_us, server_us: CPU per request) and
-  what `pool_bound_regime` chose from them (db_ms, bound_rps, cycle_s, window_s, warmup_s, the
-  cores the bound needs, which condition set it, reachable, reason).
+- `bound_regime`: per bound pool, the costliest model's readings (cost_model, cost_variant: the seed
+  cell they come from; client_us, server_us: CPU per request) and what `pool_bound_regime` chose
+  from them (db_ms, bound_rps, cycle_s, window_s, warmup_s, the cores the bound needs, which
+  condition set it, reachable, reason); cost_ok is False when some model's cell gave no usable
+  reading (cost_note says which), and a later repeat then chooses for itself. Every model's reading
+  and the time it alone would need are the repeat's note `bound_costs_pool<n>`.
 Artifacts: one `<model>_slow<ms>_pool<n>.log` per variant (the child's stdout/stderr).
 
 The pool bound and the Little's-law check are computed from these raw tables in the analysis.
@@ -58,11 +61,13 @@ import math
 import os
 from dataclasses import dataclass
 
-from ...core import datasets
+import pandas as pd
+
+from ...core import datasets, stats
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
-from .workload import MODELS, SEED_MODELS, VariantSpec, fmt_ms, measure_in_child, run_in_child
+from .workload import MODELS, SEED_MODELS, VariantSpec, fmt_ms, run_in_child
 from .workload import tables as pg_tables
 
 CHILD_OVERHEAD_S = 60.0   # interpreter start, pool open, drain: added to each child's own time limit
@@ -82,13 +87,12 @@ class PgModelsParams(Params):
     seed: int = 20261130                         # per-client random ids: Random(f"{seed}:{task}")
     timeout_s: float = 900.0
     # The pool-bound regime reached by calibration (issue 35): a database time per request chosen
-    # before measuring, from a pilot's client and server CPU per request, so that the pool's bound
-    # needs at most `bound_client_cores` of client CPU for the pilot's model (the seed's costliest,
-    # threads + psycopg) and at most `bound_machine_share` of the machine in total. () = off.
+    # before its cells are measured, from every bound model's client and server CPU per request in
+    # its seed cell (the slowest `slow_ms`, the same pool), so that the pool's bound needs at most
+    # `bound_client_cores` of client CPU for the costliest model and at most `bound_machine_share`
+    # of the machine in total. () = off.
     bound_pools: tuple[int, ...] = (20,)
     bound_models: tuple[str, ...] = SEED_MODELS
-    bound_pilot_model: str = "threads_psycopg"
-    bound_pilot_s: float = 1.5                   # the pilot's window (fast queries, first bound pool)
     bound_client_cores: float = 0.5
     bound_machine_share: float = 0.5
     bound_cycles: int = 20                       # the window holds at least this many requests per client
@@ -106,8 +110,7 @@ class PgModelsParams(Params):
         if not self.models or not self.pools or not self.slow_ms:
             raise HarnessError("parameters models, pools and slow_ms must each name at least one value")
         self.require_choice("bound_models", MODELS)
-        self.require_choice("bound_pilot_model", MODELS)
-        self.require_positive("bound_pilot_s", "bound_client_cores", "bound_machine_share", "bound_cycles",
+        self.require_positive("bound_client_cores", "bound_machine_share", "bound_cycles",
                               "bound_step_ms", "bound_max_window_s")
         self.require_non_negative("bound_warmup_cycles")
         if any(pool < 1 for pool in self.bound_pools):
@@ -140,7 +143,7 @@ def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int,
 
     A closed loop of `clients` > `pool` clients, each request holding a connection for about
     `db_ms`, cannot exceed the pool's bound, pool / db_ms. Reaching it costs the client `client_us`
-    of CPU per request (measured in the fast regime, where nothing else hides it) and the server
+    of CPU per request (read in its seed cell, `bound_costs`) and the server
     `server_us`: the bound is a regime this machine can hold only while rate x client_us stays
     within `client_cores` and rate x (client_us + server_us) within `machine_share` of its cores.
     So: rate = min(client_cores / client_us, machine_share x cores / (client_us + server_us)),
@@ -157,7 +160,7 @@ def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int,
                  "warmup_s": math.nan, "client_cores_needed": math.nan, "machine_cores_needed": math.nan,
                  "limited_by": "", "reachable": False, "reason": ""}
     if not (math.isfinite(client_us) and client_us > 0) or clients <= pool:
-        out["reason"] = ("no client CPU per request from the pilot" if clients > pool
+        out["reason"] = ("no client CPU per request" if clients > pool
                          else f"{clients} clients do not outnumber {pool} connections: no queue to bind")
         return out
     by_client = client_cores * 1e6 / client_us
@@ -178,6 +181,68 @@ def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int,
     return out
 
 
+REGIME_KEYS = ("db_ms", "bound_rps", "cycle_s", "window_s", "warmup_s", "client_cores_needed", "machine_cores_needed",
+               "limited_by", "reachable", "reason")
+
+
+def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int) -> tuple[dict, dict]:
+    """The pool-bound regime for `pool`, chosen from the seed cells already measured (`windows`, as
+    recorded): each model of `bound_models` at the slowest `slow_ms` (the seed's 10 ms) and this
+    pool, its client and server CPU per request (per request ended in the window, as
+    `cpu_us_per_req`), each turned into a database time by `pool_bound_regime`; the longest, the
+    costliest model's, is chosen, so the bound needs at most `bound_client_cores` of client CPU
+    for every model. The seed cells are client-bound here, and a model's CPU per request there is
+    15-40% below its cost at the bound (run 851b: asyncio + psycopg 808 us at 10 ms, 969 us at the
+    bound); the costliest cell, threads + psycopg's, and the rounding up have kept every model
+    within the half core in the runs so far (METHODS). The fast cells read 20-40% lower still, and
+    twice as noisy; a pilot of one model there read 330, 704 and 978 us in three runs and chose
+    15, 30 and 40 ms, the first too short for asyncio + psycopg to stay below its CPU.
+
+    Returns (the `bound_regime` row, {model: its reading and the database time it alone needs}).
+    Out of reach, with the reason, when the grid has no such cell for some bound model, or its
+    cell failed or read CPU that does not fit the machine (`cpu_check`): then `cost_ok` is False
+    and a later repeat chooses for itself."""
+    floor_ms = max(p.slow_ms)
+    row: dict = {"pool": pool, "cost_model": "", "cost_variant": "", "cost_ok": False, "cost_note": "",
+                 "client_us": math.nan, "server_us": math.nan, "cores": cores, "clients": p.clients}
+    per_model: dict = {}
+    missing: list[str] = []
+    for model in p.bound_models:
+        variant = variant_name(model, floor_ms, pool)
+        cell = windows[windows["variant"] == variant] if len(windows) else windows
+        if floor_ms <= 0 or not len(cell):
+            missing.append(f"{variant} was not measured")
+            continue
+        w = cell.iloc[0]
+        if str(w.get("cpu_check") or ""):
+            missing.append(f"{variant}'s CPU readings do not fit the machine ({w['cpu_check']})")
+            continue
+        completed = int(w["completed"])
+        client_us = stats.cpu_per_op_us(float(w["cpu_s"]), completed)
+        server_us = stats.cpu_per_op_us(float(w["server_cpu_s"]), completed)
+        regime = pool_bound_regime(client_us, server_us, cores, pool, p.clients,
+                                   client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
+                                   cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
+                                   step_ms=p.bound_step_ms, floor_ms=floor_ms, max_window_s=p.bound_max_window_s)
+        per_model[model] = {"variant": variant, "client_us": client_us, "server_us": server_us,
+                            **{k: regime[k] for k in ("db_ms", "limited_by", "reachable", "reason")}}
+    regime = pool_bound_regime(math.nan, math.nan, cores, pool, p.clients)   # unreachable until read
+    if missing:
+        row["cost_note"] = "; ".join(missing)
+        regime["reason"] = (f"no usable CPU per request for every bound model at {floor_ms:g} ms and pool {pool}: "
+                            f"{row['cost_note']}")
+    elif per_model:
+        costliest = max(per_model, key=lambda m: (per_model[m]["db_ms"], per_model[m]["client_us"]))
+        c = per_model[costliest]
+        row.update(cost_model=costliest, cost_variant=c["variant"], cost_ok=True,
+                   client_us=c["client_us"], server_us=c["server_us"])
+        regime = pool_bound_regime(c["client_us"], c["server_us"], cores, pool, p.clients,
+                                   client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
+                                   cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
+                                   step_ms=p.bound_step_ms, floor_ms=floor_ms, max_window_s=p.bound_max_window_s)
+    return {**row, **{k: regime[k] for k in REGIME_KEYS}}, per_model
+
+
 def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
     return f"{model}_slow{fmt_ms(slow_ms)}_pool{pool}"
 
@@ -196,7 +261,7 @@ class PgModels(Experiment):
                   "calibration_requests": 20},
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0,
-                  "bound_pools": (4,), "bound_pilot_s": 0.4,
+                  "bound_pools": (4,),
                   "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 8, "seed": 10}   # full: docs/POWER.md (002-cpu, -tail need 6)
@@ -208,10 +273,10 @@ class PgModels(Experiment):
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
     tables = {**pg_tables(window_columns, OTHER_COLUMNS),
-              # one row per repeat and bound pool: the pilot's readings and the database time chosen
-              "bound_regime": {"pool": "int", "pilot_model": "str", "pilot_ok": "bool", "pilot_error": "str",
-                               "pilot_ops": "int", "pilot_wall_s": "float", "pilot_cpu_check": "str",
-                               "client_us": "float", "server_us": "float", "cores": "int", "clients": "int",
+              # one row per repeat and bound pool: the costliest model's readings and the database time chosen
+              "bound_regime": {"pool": "int", "cost_model": "str", "cost_variant": "str", "cost_ok": "bool",
+                               "cost_note": "str", "client_us": "float", "server_us": "float", "cores": "int",
+                               "clients": "int",
                                "db_ms": "float", "bound_rps": "float", "cycle_s": "float", "window_s": "float",
                                "warmup_s": "float", "client_cores_needed": "float",
                                "machine_cores_needed": "float", "limited_by": "str", "reachable": "bool",
@@ -252,50 +317,24 @@ class PgModels(Experiment):
 
 
     def _run_bound(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None) -> list[str]:
-        """The calibrated pool-bound cells of one pool: a pilot in the fast regime measures the
-        client and server CPU per request of `bound_pilot_model`; `pool_bound_regime` turns them
-        into a database time, window and warm-up; every bound model then runs at it. Returns the
-        variants that failed; a regime out of reach skips its cells with the reason, before any
-        of them is measured."""
+        """The calibrated pool-bound cells of one pool: `bound_costs` reads each bound model's CPU
+        per request from this repeat's seed cells and chooses the costliest model's database time
+        (the first repeat's choice is kept); every bound model then runs at it. Returns the variants
+        that failed; a regime out of reach skips its cells with the reason, before any of them is
+        measured."""
         names = {model: bound_variant_name(model, pool) for model in p.bound_models}
         earlier = _earlier_choice(ctx, pool)
         if earlier is not None:   # one regime per run: the first repeat's choice, kept
             ctx.record("bound_regime", [earlier])
             ctx.note(f"bound_regime_pool{pool}", earlier)
             return self._run_bound_cells(ctx, p, pool, dsn, pid, names, earlier)
-        pilot = VariantSpec(variant=variant_id(p.bound_pilot_model, regime="pilot", pool=pool),
-                            model=p.bound_pilot_model, dsn=dsn, pool=pool, clients=p.clients, slow_ms=0.0,
-                            warmup_s=p.warmup_s, duration_s=p.bound_pilot_s, rows=p.rows, seed=p.seed,
-                            calibration_requests=1, postmaster_pid=pid, psycopg_autocommit=p.psycopg_autocommit,
-                            regime="pilot")
-        result, child = measure_in_child(ctx, pilot, p.child_timeout_s(0.0, duration_s=p.bound_pilot_s),
-                                         f"pilot_pool{pool}")
-        cores = len(os.sched_getaffinity(0))
-        row = {"pool": pool, "pilot_model": p.bound_pilot_model, "pilot_ok": result is not None,
-               "pilot_error": child.error or "", "cores": cores, "clients": p.clients}
-        regime = pool_bound_regime(math.nan, math.nan, cores, pool, p.clients)   # unreachable until measured
-        if result is not None:
-            w = result["window"]
-            ops = int(w["ops"])
-            row.update(pilot_ops=ops, pilot_wall_s=float(w["wall_s"]), pilot_cpu_check=str(w.get("cpu_check") or ""))
-            client_us = 1e6 * float(w["cpu_s"]) / ops if ops else math.nan
-            server_us = 1e6 * float(w["server_cpu_s"]) / ops if ops else math.nan
-            row.update(client_us=client_us, server_us=server_us)
-            regime = pool_bound_regime(client_us, server_us, cores, pool, p.clients,
-                                       client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
-                                       cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
-                                       step_ms=p.bound_step_ms, floor_ms=max(p.slow_ms),
-                                       max_window_s=p.bound_max_window_s)
-            if row["pilot_cpu_check"]:
-                regime.update(reachable=False, reason=f"the pilot's CPU readings do not fit the machine "
-                                                      f"({row['pilot_cpu_check']}): no database time chosen")
-        elif not regime["reason"] or regime["reason"].startswith("no client CPU"):
-            regime["reason"] = f"the pilot failed: {child.error}"
-        chosen = {**row, "chosen_in_repeat": ctx.repeat, **{k: regime[k] for k in (
-            "db_ms", "bound_rps", "cycle_s", "window_s", "warmup_s", "client_cores_needed", "machine_cores_needed",
-            "limited_by", "reachable", "reason")}}
+        windows = ctx.recorded("windows")
+        chosen, per_model = bound_costs(pd.concat(windows, ignore_index=True) if windows else pd.DataFrame(),
+                                        p, pool, len(os.sched_getaffinity(0)))
+        chosen["chosen_in_repeat"] = ctx.repeat
         ctx.record("bound_regime", [chosen])
-        ctx.note(f"bound_regime_pool{pool}", {**row, **regime})
+        ctx.note(f"bound_regime_pool{pool}", chosen)
+        ctx.note(f"bound_costs_pool{pool}", per_model)
         return self._run_bound_cells(ctx, p, pool, dsn, pid, names, chosen)
 
     def _run_bound_cells(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None,
@@ -325,16 +364,14 @@ def _earlier_choice(ctx: Context, pool: int) -> dict | None:
     """The database time an earlier repeat of this run chose for `pool` (the first that chose one,
     reachable or not), so that every repeat measures one regime: repeats run in order, each in its
     own worker, and a repeat's tables are on disk before the next starts. None in the first repeat,
-    or when no earlier repeat recorded a choice (its pilot failed before choosing: this one tries)."""
-    import pandas as pd
-
+    or when no earlier repeat recorded a choice (some seed cell gave no reading: this one tries)."""
     run_dir = ctx.artifacts.parent.parent
     for k in range(ctx.repeat):
         path = run_dir / f"r{k}" / "bound_regime.parquet"
         if not path.exists():
             continue
         rows = pd.read_parquet(path)
-        rows = rows[(rows["pool"] == pool) & rows["pilot_ok"]]
+        rows = rows[(rows["pool"] == pool) & rows["cost_ok"]]
         if len(rows):
             return {key: (v.item() if hasattr(v, "item") else v) for key, v in rows.iloc[0].to_dict().items()}
     return None
