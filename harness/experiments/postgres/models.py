@@ -206,7 +206,15 @@ def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int)
     row: dict = {"pool": pool, "cost_model": "", "cost_variant": "", "cost_ok": False, "cost_note": "",
                  "client_us": math.nan, "server_us": math.nan, "cores": cores, "clients": p.clients}
     per_model: dict = {}
+    regimes: dict[str, dict] = {}
     missing: list[str] = []
+
+    def regime_for(client_us: float, server_us: float) -> dict:
+        return pool_bound_regime(client_us, server_us, cores, pool, p.clients,
+                                 client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
+                                 cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
+                                 step_ms=p.bound_step_ms, floor_ms=floor_ms, max_window_s=p.bound_max_window_s)
+
     for model in p.bound_models:
         variant = variant_name(model, floor_ms, pool)
         cell = windows[windows["variant"] == variant] if len(windows) else windows
@@ -220,13 +228,10 @@ def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int)
         completed = int(w["completed"])
         client_us = stats.cpu_per_op_us(float(w["cpu_s"]), completed)
         server_us = stats.cpu_per_op_us(float(w["server_cpu_s"]), completed)
-        regime = pool_bound_regime(client_us, server_us, cores, pool, p.clients,
-                                   client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
-                                   cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
-                                   step_ms=p.bound_step_ms, floor_ms=floor_ms, max_window_s=p.bound_max_window_s)
+        regimes[model] = regime = regime_for(client_us, server_us)
         per_model[model] = {"variant": variant, "client_us": client_us, "server_us": server_us,
                             **{k: regime[k] for k in ("db_ms", "limited_by", "reachable", "reason")}}
-    regime = pool_bound_regime(math.nan, math.nan, cores, pool, p.clients)   # unreachable until read
+    regime = regime_for(math.nan, math.nan)   # unreachable until read
     if missing:
         row["cost_note"] = "; ".join(missing)
         regime["reason"] = (f"no usable CPU per request for every bound model at {floor_ms:g} ms and pool {pool}: "
@@ -236,10 +241,7 @@ def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int)
         c = per_model[costliest]
         row.update(cost_model=costliest, cost_variant=c["variant"], cost_ok=True,
                    client_us=c["client_us"], server_us=c["server_us"])
-        regime = pool_bound_regime(c["client_us"], c["server_us"], cores, pool, p.clients,
-                                   client_cores=p.bound_client_cores, machine_share=p.bound_machine_share,
-                                   cycles=p.bound_cycles, warmup_cycles=p.bound_warmup_cycles,
-                                   step_ms=p.bound_step_ms, floor_ms=floor_ms, max_window_s=p.bound_max_window_s)
+        regime = regimes[costliest]
     return {**row, **{k: regime[k] for k in REGIME_KEYS}}, per_model
 
 
