@@ -40,6 +40,7 @@ from .core.verdicts import (  # noqa: F401 -- verdict_class re-exported
     ORDER,
     PREMISE_NOT_MET,
     SIZE_NOT_REPRODUCED,
+    TOO_FEW_BOOTS,
     verdict_class,
 )
 from .experiments.analysis import metric_name
@@ -380,6 +381,8 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
     if not p.get("pooled"):
         return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
     text = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over {p['k']} boots"
+    if p.get("verdict") == TOO_FEW_BOOTS:
+        return f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; {p['agree_text']}"
     if p.get("pi_low") is not None:
         text += f"; a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction)"
     else:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import findings
-from harness.core import store
+from harness.core import store, verdicts
 from harness.core.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -228,6 +228,10 @@ def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
                                           "**reproduced**, 3 of 3 runs agree")
     two = {**three, "k": 2, "pi_low": None, "pi_reason": "a prediction interval needs 3 runs"}
     assert "no prediction interval (a prediction interval needs 3 runs)" in findings.pooled_text(two)
+    # two boots: no verdict across them (harness.core.pooling.MIN_FOR_VERDICT), each run's own said instead
+    few = {**two, "verdict": verdicts.TOO_FEW_BOOTS, "agree_text": "both runs: size not reproduced"}
+    assert findings.pooled_text(few) == ("2.5 [2.1, 3] over 2 boots; a new run's range and a verdict across boots "
+                                         "need 3; both runs: size not reproduced")
     block = findings.render_block(store.upgrade_summary(SYNTHETIC), pooled={"001-pool-13": three})
     row = next(x for x in block.splitlines() if x.startswith("| 001 | Verify: under a load test"))
     assert "| 2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9" in row

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.core import pooling, stats
+from harness.core import pooling, stats, verdicts
 from harness.core.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,6 +266,30 @@ def test_rules_versions_do_not_mix_and_disagreement_is_said():
     assert r["k"] == 2 and r["dropped_other_key"] == 1 and r["pi_low"] is None
     assert "at least 3" in r["pi_reason"]
     assert "disagree" in r["disagreement"] and "bbbb direction only (holds)" in r["disagreement"]
+    # two runs give no verdict across them: each run's own is said instead
+    assert r["verdict"] == verdicts.TOO_FEW_BOOTS and r["agree"] is None
+    assert r["agree_text"] == "each run: bbbb direction only; cccc inconclusive"
+
+
+def test_two_runs_get_no_verdict_across_them_where_three_do():
+    """Each run's interval lies below the band (size not reproduced); two runs' pooled interval, at
+    t_1 = 6.31, would reach the band and read `reproduced` (001-bulk with f1b4 and 851b). A third run
+    narrows it, and the band rule decides."""
+    def run(c, ratio, boot):
+        return (f"2026120{boot}T000000Z-full-{c * 4}", f"b{boot}",
+                _summary(c, ratio, sd=0.03, verdict="size not reproduced"))
+
+    two = [run("a", 30.0, 1), run("b", 45.0, 2)]
+    for _, _, s in two:
+        assert s["claims"][0]["ci_high"] < 55.0             # each run: below the band
+    r = pooled_lessons(two, ["001-pool-13"]).iloc[0]
+    assert r["k"] == 2 and r["pooled"] and r["ci_high"] > 55.0
+    assert pooling.pooled_verdict(two[0][2]["claims"][0], (r["log_ci_low"], r["log_ci_high"])) == "reproduced"
+    assert r["verdict"] == verdicts.TOO_FEW_BOOTS and r["agree"] is None
+    assert r["agree_text"] == "both runs: size not reproduced"
+    three = pooled_lessons(two + [run("c", 36.0, 3)], ["001-pool-13"]).iloc[0]
+    assert three["k"] == 3 and three["ci_high"] < 55.0
+    assert three["verdict"] == "size not reproduced" and three["agree_text"] == "3 of 3 runs agree"
 
 
 def test_a_single_run_is_shown_as_that_run():

@@ -17,6 +17,7 @@ EMITTED = {
     "verify": verify.VERDICTS,
     "openloop_check": verdicts.AGREEMENT,
     "departures": verdicts.EFFECTS,
+    "pooling": (verdicts.TOO_FEW_BOOTS,),    # with the ledger's words, for a lesson across boots
 }
 
 

@@ -63,15 +63,22 @@ row reads; a run whose manifest records no versions keys as unknown and pools on
 different rules). Then one run per boot (the manifest's `environment.machine.boot_id`): the latest,
 the others counted as dropped.
 
-A verdict across runs (`pooled_verdict`): the single run's band rule (harness.claims) applied to the
-pooled 90% interval: the interval wholly on the side opposite to the seed's -> not reproduced; wholly
-on the seed's side -> reproduced if it overlaps the band, size not reproduced if it lies outside it,
-direction, no seed figure if the row has no seed number; else inconclusive; equivalence rows: inside
+A verdict across runs (`pooled_verdict`), from three runs (`MIN_FOR_VERDICT`, three boots) on: the
+single run's band rule (harness.claims) applied to the pooled 90% interval: the interval wholly on
+the side opposite to the seed's -> not reproduced; wholly on the seed's side -> reproduced if it
+overlaps the band, size not reproduced if it lies outside it, direction, no seed figure if the row
+has no seed number; else inconclusive; equivalence rows: inside
 the margin -> equivalent, wholly outside -> not reproduced; absolute rows: not comparable. No Holm
 adjustment is applied across lessons. "k of K runs agree": the pooled runs whose own verdict has the
 pooled verdict's class (harness.core.verdicts: holds / fails / open), with their own verdicts beside
 it when those differ from the pooled one (`agreement`); runs of different classes are named
-(`disagreement`).
+(`disagreement`). Two runs are pooled (estimate, interval, tau^2) but given no verdict
+(`TOO_FEW_BOOTS`, with each run's own verdict in `agree_text`): with k = 2 the interval's critical
+value is t_1 = 6.31 at 90%, so the pooled interval is wide enough to reach a band that each run's
+own interval missed; with the committed runs f1b4 and 851b, 001-bulk read `reproduced` across boots
+while both runs read `size not reproduced`. A verdict across runs should say no more than its runs;
+with fewer than three, the literature on very few studies advises against a random-effects verdict
+(Bender et al. 2018, Res. Synth. Methods 9:382), and the runs are shown side by side instead.
 """
 
 from __future__ import annotations
@@ -100,6 +107,7 @@ from .verdicts import (
     NOT_REPRODUCED,
     REPRODUCED,
     SIZE_NOT_REPRODUCED,
+    TOO_FEW_BOOTS,
     verdict_class,
 )
 
@@ -108,6 +116,7 @@ V1_LEVEL = 0.95              # the interval a version-1 summary stored (harness.
 METHODS = {"pm": "Paule-Mandel", "dl": "DerSimonian-Laird"}
 MATCHES = ("version", "rules", "profile")
 MIN_FOR_PI = 3
+MIN_FOR_VERDICT = 3          # runs (boots) a verdict across runs needs: the module docstring
 ROOT = Path(__file__).resolve().parents[2]   # harness/core/pooling.py
 _PROFILE = re.compile(r"^\d{8}T\d{6}Z-([A-Za-z0-9_]+)-[0-9a-f]+$")
 
@@ -371,6 +380,15 @@ def agreement(verdict: str, run_verdicts: Iterable[str]) -> tuple[int, str]:
     return len(same_class), text
 
 
+def each_run(verdicts: Mapping[str, str]) -> str:
+    """Each run's own verdict, where runs are too few for one across them: "each run: aaaa
+    reproduced; bbbb size not reproduced", or "both runs: reproduced" when the two say the same."""
+    words = set(verdicts.values())
+    if len(verdicts) == 2 and len(words) == 1:
+        return f"both runs: {words.pop()}"
+    return "each run: " + "; ".join(f"{short_id(i)} {v}" for i, v in verdicts.items())
+
+
 def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
     """The single run's band rule (harness.claims) applied to a pooled interval on the log scale
     (the module docstring). `row` needs comparison, direction, reference, band_low, band_high, margin."""
@@ -493,8 +511,9 @@ def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: It
     Columns (`COLUMNS`): claim_id, comparison, k, runs (run ids pooled, oldest first), estimate,
     ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level), pi_low,
     pi_high (None unless k >= 3), pi_reason, tau2, i2, q, their log-scale twins, method, pooled,
-    verdict (pooled: `pooled_verdict`; k = 1: the run's own), agree (runs whose verdict class is the
-    pooled verdict's), agree_text ("k of K runs agree"), verdicts (run id -> verdict), disagreement
+    verdict (k >= 3: `pooled_verdict`; k = 2: `TOO_FEW_BOOTS`; k = 1: the run's own), agree (runs whose
+    verdict class is the pooled verdict's; None at k = 2), agree_text ("k of K runs agree"; at k = 2
+    each run's own verdict: `each_run`), verdicts (run id -> verdict), disagreement
     (a sentence naming the runs when their classes differ, else ""), per_run (one dict per pooled run:
     run_id, boot_id, estimate, ci_low, ci_high, ci_level, log_estimate, std_error, n, verdict, weight:
     for a forest plot), key (what the pooled runs share), dropped_same_boot, dropped_other_key,
@@ -562,9 +581,12 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
         verdict = chosen[0][2].verdict
     else:
         level_shown, log_ci = result.level, result.log_ci
-        verdict = pooled_verdict(newest_row, log_ci)
+        verdict = pooled_verdict(newest_row, log_ci) if result.k >= MIN_FOR_VERDICT else TOO_FEW_BOOTS
     verdicts = {i: u[2].verdict for i, u in zip(ids, chosen)}
-    agree, agree_text = agreement(verdict, verdicts.values())
+    if verdict == TOO_FEW_BOOTS:
+        agree, agree_text = None, each_run(verdicts)
+    else:
+        agree, agree_text = agreement(verdict, verdicts.values())
     classes = {verdict_class(v) for v in verdicts.values()}
     if len(classes) > 1:
         rec["disagreement"] = ("single-run verdicts disagree across boots: "

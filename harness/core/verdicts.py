@@ -1,13 +1,14 @@
 """Verdict words and their classes, in one place: every module that names or groups a verdict
 imports it from here.
 
-Four vocabularies, each decided by the module named (whose docstring gives its rule):
+Five vocabularies, each decided by the module named (whose docstring gives its rule):
 - the claims ledger's (`harness.claims`): `VERDICTS`, plus the statuses of rows that are not
   judged (`SETUP_SAME`, `SETUP_DIFFERS`, `CONTEXT`);
 - verify's checks on a user's workload (`harness.experiments.verify.analysis`): `CHECKS`, pass / fail /
   inconclusive;
 - openloop_check's comparison with Vegeta (`harness.experiments.openloop_check.analysis`): `AGREEMENT`;
-- departures' effect of a factor level on a seed's ratio (`harness.experiments.departures.analysis`): `EFFECTS`.
+- departures' effect of a factor level on a seed's ratio (`harness.experiments.departures.analysis`): `EFFECTS`;
+- a lesson pooled across boots (`harness.core.pooling`): the ledger's verdicts, or `TOO_FEW_BOOTS`.
 
 Every word has exactly one class (`CLASSES`), which says what it means for the sentence tested:
     holds   the seed's side is significant: reproduced, equivalent, size not reproduced (the
@@ -17,7 +18,8 @@ Every word has exactly one class (`CLASSES`), which says what it means for the s
             explains part
     fails   the opposite side is significant: not reproduced, fail; differ; moves away
     open    nothing decided: inconclusive, premise not met, not comparable, not measured in this
-            run, the statuses of setup and context rows; not shown, changes the ratio
+            run, the statuses of setup and context rows; not shown, changes the ratio; too few
+            boots for a verdict across them
 `verdict_class` applies it; an unknown word (a summary written by another version) is `open`.
 
 A move between two runs (`move`; `harness compare` and `harness history --lessons` both use it):
@@ -71,6 +73,9 @@ NOT_SHOWN_FEW = "not shown (too few repeats for an interval)"
 CHANGES_RATIO = "changes the ratio (no seed ratio to compare)"
 EFFECTS = (EXPLAINS, EXPLAINS_PART, MOVES_AWAY, NOT_SHOWN, NOT_SHOWN_FEW, CHANGES_RATIO)
 
+# -- a lesson pooled across boots (harness.core.pooling) ----------------------------------------------
+TOO_FEW_BOOTS = "too few boots for a verdict"
+
 # -- classes ---------------------------------------------------------------------------------------
 HOLDS, FAILS, OPEN = "holds", "fails", "open"
 CLASSES: dict[str, tuple[str, ...]] = {
@@ -78,7 +83,7 @@ CLASSES: dict[str, tuple[str, ...]] = {
             EXPLAINS, EXPLAINS_PART),
     FAILS: (NOT_REPRODUCED, FAIL, DIFFER, MOVES_AWAY),
     OPEN: (INCONCLUSIVE, PREMISE_NOT_MET, NOT_COMPARABLE, NOT_MEASURED, SETUP_SAME, SETUP_DIFFERS, CONTEXT,
-           NOT_SHOWN, NOT_SHOWN_FEW, CHANGES_RATIO),
+           NOT_SHOWN, NOT_SHOWN_FEW, CHANGES_RATIO, TOO_FEW_BOOTS),
 }
 # decisive: a verdict that rests on a significant test (Holm's adjustment may undo it)
 DECISIVE = (EQUIVALENT, NOT_REPRODUCED, REPRODUCED, SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE, DIRECTION_ONLY)
