@@ -31,7 +31,7 @@ the reference run 1f2a). `analysis.postgres.models_table` weights each sample by
 every window whose ratio lies outside 0.03 + 1.96 standard errors of its mean
 (`littles_law_outside`). The last two tests read the committed reference run's raw tables (a real
 measured run, no new measurement): at least 95% of its pg_models windows pass, every variant's median
-lies within 0.97-1.03, and the plain mean fails both.
+lies within 0.97-1.03, and the plain mean fails the check.
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ def test_every_reference_window_obeys_littles_law(reference_models):
 
 def test_the_edge_selected_mean_fails_littles_law_on_the_reference(reference_models):
     """The check can fail: the plain mean of the same samples (the old estimator), judged with the
-    same tolerance built from its own standard error, breaks both conditions (1f2a: 63% of windows
-    pass, asyncpg's medians 0.88-0.94)."""
+    same tolerance built from its own standard error, fails it (1f2a: 63% of windows pass, asyncpg's
+    medians 0.88-0.94; 4aa6: 96% of windows pass, but six asyncpg variants' medians lie at
+    0.948-0.958), and where a median misses the band it is low: the long requests the edges drop."""
     run, t = reference_models
     samples = run.table("pg_models", "samples")
     plain = (samples[samples["ok"].astype(bool)].groupby(["repeat", "variant"])["latency_s"]
@@ -148,6 +149,8 @@ def test_the_edge_selected_mean_fails_littles_law_on_the_reference(reference_mod
     t = t.merge(plain, on=["repeat", "variant"], validate="one_to_one")
     ratio = 1000.0 * t["mean"] / t["littles_law_ms"]
     tolerance = postgres.LITTLE_BAND + postgres.LITTLE_Z * t["std"] / t["count"].map(math.sqrt) / t["mean"]
-    assert ((ratio - 1).abs() <= tolerance).mean() < WINDOWS_WITHIN
+    windows_pass = ((ratio - 1).abs() <= tolerance).mean() >= WINDOWS_WITHIN
     medians = ratio.groupby(t["variant"]).median()
-    assert not medians.between(*MEDIAN_BAND).all()
+    outside = medians[~medians.between(*MEDIAN_BAND)]
+    assert not (windows_pass and outside.empty), (run.id, medians.to_string())
+    assert (outside < MEDIAN_BAND[0]).all(), (run.id, outside.to_string())
