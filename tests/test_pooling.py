@@ -251,7 +251,8 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
 
 def test_agreement_in_class_names_the_runs_own_verdicts_where_they_differ():
     assert pooling.agreement("reproduced", ["reproduced", "reproduced"]) == (2, "2 of 2 runs agree")
-    # the README's 001-bulk with runs 851b and f1b4: a pooled interval of two runs reaches the band
+    # a pooled interval of few runs can reach the band each run's own missed (001-bulk over f1b4 and 851b
+    # did, before two runs lost their pooled verdict: pooling.MIN_FOR_VERDICT); the text names their words
     assert (pooling.agreement("reproduced", ["size not reproduced", "size not reproduced"])
             == (2, "2 of 2 runs agree (holds: 2 size not reproduced)"))
     assert (pooling.agreement("not reproduced", ["not reproduced", "reproduced", "inconclusive"])

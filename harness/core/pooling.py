@@ -67,9 +67,9 @@ A verdict across runs (`pooled_verdict`), from three runs (`MIN_FOR_VERDICT`, th
 single run's band rule (harness.claims) applied to the pooled 90% interval: the interval wholly on
 the side opposite to the seed's -> not reproduced; wholly on the seed's side -> reproduced if it
 overlaps the band, size not reproduced if it lies outside it, direction, no seed figure if the row
-has no seed number; else inconclusive; equivalence rows: inside
-the margin -> equivalent, wholly outside -> not reproduced; absolute rows: not comparable. No Holm
-adjustment is applied across lessons. "k of K runs agree": the pooled runs whose own verdict has the
+has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent, wholly
+outside -> not reproduced; absolute rows: not comparable. No Holm adjustment is applied across
+lessons. "k of K runs agree": the pooled runs whose own verdict has the
 pooled verdict's class (harness.core.verdicts: holds / fails / open), with their own verdicts beside
 it when those differ from the pooled one (`agreement`); runs of different classes are named
 (`disagreement`). Two runs are pooled (estimate, interval, tau^2) but given no verdict
