@@ -71,6 +71,36 @@ def test_the_plan_reads_the_runs_spread_and_holds_the_null_to_holm_s_level():
     assert none["runs"] == 0 and "no committed run" in none["note"]
 
 
+def _premise_not_met(claim_id: str) -> dict:
+    return {"summary_version": 4, "claims": [{
+        "claim_id": claim_id, "kind": "measurement", "comparison": "ratio", "a": "{x.a}", "b": "",
+        "estimate": None, "ci_low": None, "ci_high": None, "n_used": 0, "verdict": "premise not met"}]}
+
+
+def test_a_premise_missed_by_the_latest_runs_is_expected_again_whatever_the_repeats():
+    """Two runs gave intervals (enough repeats by their spread), the two after them did not meet the
+    premise: the plan keeps the spread but says to expect `premise not met`, naming those runs. A
+    later run that meets it again ends the streak."""
+    row = {"claim_id": "x-01", "comparison": "ratio", "reference": 1.0, "band_low": 1.4, "band_high": 2.4,
+           "a": "{x.a}", "b": ""}
+    met = [pooling.RunRecord(f"2026120{k}T000000Z-full-000{k}", f"boot-{k}", _summary("x-01", 2.0, 0.1, 8), {})
+           for k in (1, 2)]
+    missed = [pooling.RunRecord(f"2026120{k}T000000Z-full-00a{k}", f"boot-{k}", _premise_not_met("x-01"), {})
+              for k in (3, 4)]
+    plain = power.plan(met, {"x-01": row}, {"x-01": 8}).iloc[0]
+    assert plain["enough"] and "premise" not in plain["note"]
+    got = power.plan(met + missed, {"x-01": row}, {"x-01": 8}).iloc[0]
+    assert got["runs"] == 2 and got["estimate"] == pytest.approx(2.0)
+    assert not got["enough"]
+    assert got["note"].startswith("the premise was not met in the 2 latest run(s) that measured it (00a3, 00a4)")
+    assert "; were it met: " + plain["note"] in got["note"]
+    assert "expect `premise not met`" in got["note"]
+    again = pooling.RunRecord("20261205T000000Z-full-0005", "boot-5", _summary("x-01", 2.0, 0.1, 8), {})
+    assert power.plan(met + missed + [again], {"x-01": row}, {"x-01": 8}).iloc[0]["enough"]
+    never = power.plan(missed, {"x-01": row}, {"x-01": 8}).iloc[0]
+    assert never["runs"] == 0 and not never["enough"] and "no committed run" in never["note"]
+
+
 def test_the_decision_level_is_holm_s_strictest_step():
     """A one-sided p below alpha / m is exactly the two-sided 1 - 2 alpha / m interval clearing the null."""
     assert power.decision_level(1) == pytest.approx(0.90)
@@ -98,7 +128,8 @@ def test_the_committed_table_names_every_lesson_and_a_planned_count():
     assert len(decided) and (decided["needed"] >= 2).all()
     assert (table["level"] == power.decision_level(power_report.primary_tests(claims.load()))).all()
     short = table[~table["enough"].astype(bool)]
-    assert all("inconclusive" in note or "edge" in note or "no committed" in note for note in short["note"])
+    assert all("inconclusive" in note or "edge" in note or "no committed" in note or "premise not met" in note
+               for note in short["note"])
     doc = power_report.POWER_DOC.read_text()
     for lesson in findings.LESSONS:
         assert f"| {lesson.id} | {lesson.claims[0]} |" in doc, lesson.id

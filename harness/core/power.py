@@ -29,7 +29,10 @@ most precision), which is what pooling across boots (harness.core.pooling) answe
 more repeats narrow only the within-run part, and `plan` says how far the runs' estimates spread.
 
 A row with no committed interval (not yet measured, judged on counts, a premise never met) has no
-spread to plan from: `plan` says so instead of guessing.
+spread to plan from: `plan` says so instead of guessing. A row whose premise was not met in every
+run since the last that gave an interval (`premise_misses`) keeps that spread, but the plan says
+first to expect `premise not met`: the premise is a regime the machine did or did not reach, which
+no number of repeats changes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from scipy import stats as sps
 from . import num
 from .pooling import NotPoolable, RunRecord, row_input
 from .stats import ALPHA
+from .verdicts import PREMISE_NOT_MET
 
 LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
 N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
@@ -117,23 +121,29 @@ def distance_to_edge(row: Mapping[str, Any], log_estimate: float) -> float:
 def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
     """What the committed runs say of one row: the runs that judged it on an interval, their median
     log estimate and median per-repeat spread (sd = se sqrt(n)), the spread of their estimates
-    between runs (the standard deviation of the log estimates, NaN below 2 runs). `reason` when no
-    run gives an interval (the row's edges come from today's ledger: `plan`)."""
-    used, why = [], []
-    for run in sorted(runs, key=lambda r: r.run_id):
+    between runs (the standard deviation of the log estimates, NaN below 2 runs), and
+    `premise_misses`: the runs since the last interval (all, with none) whose premise was not met.
+    `reason` when no run gives an interval (the row's edges come from today's ledger: `plan`)."""
+    used, why, misses = [], [], []
+    for run in sorted(runs, key=lambda r: r.run_id):   # run ids start with their UTC time: oldest first
         try:
             got = row_input(run.summary, claim_id)
         except NotPoolable as e:
             why.append(f"{run.run_id[-4:]}: {e}")
+            if PREMISE_NOT_MET in str(e):
+                misses.append(run.run_id)
             continue
         used.append((run.run_id, got))
+        misses = []   # a run that met the premise ends the streak
     if not used:
-        return {"runs": 0, "reason": "no committed run judged it on an interval" + (f" ({why[-1]})" if why else "")}
+        return {"runs": 0, "premise_misses": tuple(misses),
+                "reason": "no committed run judged it on an interval" + (f" ({why[-1]})" if why else "")}
     logs = np.array([g.log_estimate for _, g in used])
     sds = np.array([g.std_error * math.sqrt(g.n) for _, g in used])
     between = float(np.std(logs, ddof=1)) if len(used) > 1 else math.nan
     return {"runs": len(used), "run_ids": tuple(r for r, _ in used), "log_estimate": float(np.median(logs)),
-            "sd_log": float(np.median(sds)), "between_sd_log": between, "reason": ""}
+            "sd_log": float(np.median(sds)), "between_sd_log": between, "premise_misses": tuple(misses),
+            "reason": ""}
 
 
 def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], planned: Mapping[str, int],
@@ -182,5 +192,13 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
                 rec["note"] += (f"; the estimates spread more from run to run (sd {rec['between_sd_log']:.3f}) "
                                 f"than repeats within a run (sd {rec['sd_log']:.3f}): more repeats narrow one run's "
                                 f"interval, not the spread between runs (hours, boots)")
+        if s["premise_misses"]:
+            # The spread above comes from runs that met the premise; the latest runs did not, and
+            # repeats cannot meet it. Said first, as what to expect.
+            ids = ", ".join(r[-4:] for r in s["premise_misses"])
+            rec["enough"] = False
+            rec["note"] = (f"the premise was not met in the {len(s['premise_misses'])} latest run(s) that measured it "
+                           f"({ids}): expect `{PREMISE_NOT_MET}`, which more repeats do not change"
+                           + (f"; were it met: {rec['note']}" if rec["note"] else ""))
         out.append(rec)
     return pd.DataFrame(out)

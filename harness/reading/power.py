@@ -100,7 +100,9 @@ def write_doc(table: pd.DataFrame, path: Path = POWER_DOC) -> Path:
         "nearest edge only chooses between two decisive words (`reproduced`, `size not reproduced`, at the "
         "90% level); the repeats that would tell them apart are shown beside it. A row whose expected estimate "
         "sits on or near its edge cannot be decided by any budget; a row with no committed interval has no "
-        "spread to plan from. A lesson whose row is short here is expected to read `inconclusive`: this "
+        "spread to plan from. A row whose premise was not met in every run since the last that gave an "
+        "interval is expected to read `premise not met`: its premise is a regime the machine reaches or not, "
+        "which repeats do not change. A lesson whose row is short here is expected to read `inconclusive`: this "
         "table, committed before the run, is where the study says so. The spread between runs (in brackets) "
         "is not reduced by repeats within a run: `harness history --lessons` pools the runs across boots.\n\n")
     path.write_text(head + power_text(table) + "\n")
