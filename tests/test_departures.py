@@ -75,6 +75,28 @@ def test_cells_metrics_and_effects(factorial):
     assert e["verdict"].str.startswith("not shown").all()
 
 
+def test_every_postgres_window_has_the_gil_probe_beside_its_clients(factorial):
+    """Each PostgreSQL window holds the GIL probe's wake-ups (net waits, one figure per window and a
+    metric per variant) and its cell's floor; MongoDB windows have none (NaN, not 0)."""
+    w = analysis.windows(factorial)
+    pg, mongo = w[w["family"] == "pg"], w[w["family"] == "mongo"]
+    assert len(pg) and len(mongo)
+    assert (pg["gil_samples"] >= 5).all(), pg[["variant", "gil_samples"]]
+    assert pg["gil_wait_ms"].map(math.isfinite).all() and pg["gil_floor_ms"].map(math.isfinite).all()
+    assert (pg["gil_wait_p90_ms"] >= 0).all() and (pg["gil_floor_ms"] > 0).all()
+    assert mongo[list(analysis.GIL_FIGURES) + ["gil_floor_ms"]].isna().all().all()
+    raw = factorial.table("departures", "gil", ok_only=False)
+    assert set(raw["phase"]) == {"floor", "window"}
+    inside = raw[raw["phase"] == "window"]
+    assert (inside["offset_s"] >= 0).all() and (inside["offset_s"] <= inside["variant"].map(
+        dict(zip(pg["variant"], pg["wall_s"])))).all()
+    m = analysis.metrics(factorial)
+    gil = m[m["metric"] == "gil_wait_ms"]
+    assert set(gil["variant"]) == set(pg["variant"])
+    table = analysis.gil_table(factorial)
+    assert set(table["model"]) == set(pg["model"]) and (table["n_repeats"] == 1).all()
+
+
 def test_the_seed_ratios_come_from_the_ledger():
     seeds = analysis.seed_ratios()
     for _key, s in seeds.items():

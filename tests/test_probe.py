@@ -1,5 +1,8 @@
 """The loop-lateness probe sees a stall of known length, and none when nothing blocks; on a core
-shared with another process it splits a stall into the loop thread's own CPU and its wait for the core."""
+shared with another process it splits a stall into the loop thread's own CPU and its wait for the core.
+The GIL probe waits about a switch interval beside a thread that never pauses Python, and only its
+timer's latency alone.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,14 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
 import pytest
 
 from harness.core import stats
-from harness.core.probe import LoopProbe, measure_resolution
+from harness.core.probe import GIL_COLUMNS, GilProbe, LoopProbe, gil_floor, gil_rows, measure_resolution
 
 
 def test_probe_reports_a_blocking_call_of_known_length():
@@ -122,3 +126,61 @@ def test_a_stall_on_a_busy_core_is_split_into_run_and_wait():
     assert wait > 0.1 * busy_s, (late, span, run, wait)
     assert late > run + 0.5 * wait - 0.01, (late, span, run, wait)
     assert abs(span - (run + wait)) < 0.02 + 0.1 * span + stolen, (late, span, run, wait, stolen)
+
+
+# -- the GIL probe ---------------------------------------------------------------------------------
+
+def _spin(stop: threading.Event) -> None:
+    x = 0
+    while not stop.is_set():   # pure Python: holds the GIL but for the interpreter's forced switches
+        x += 1
+
+
+def test_the_gil_probe_waits_a_switch_interval_beside_a_spinning_thread_and_its_floor_alone():
+    """Alone, the probe's wake-ups cost the timer's latency (tens of microseconds); beside one thread
+    that runs Python without pause, each wake-up waits for that thread to be made to drop the lock,
+    about the interpreter's switch interval (5 ms). The run-queue wait is taken out, so a busy
+    machine does not count as the lock."""
+    floor = stats.gil_wait_summary(*zip(*[(late, wait) for *_, late, wait in gil_floor(0.3)]))
+    stop = threading.Event()
+    spinner = threading.Thread(target=_spin, args=(stop,), daemon=True)
+    spinner.start()
+    try:
+        with GilProbe(seed=1) as gil:
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        spinner.join()
+    spun = stats.gil_wait_summary([s[2] for s in gil.samples], [s[3] for s in gil.samples])
+    switch_ms = sys.getswitchinterval() * 1e3
+    assert floor["gil_samples"] >= 10 and spun["gil_samples"] >= 10
+    assert spun["gil_wait_ms"] >= 0.5 * switch_ms, (spun, floor)
+    assert floor["gil_wait_ms"] < 0.2 * switch_ms, floor
+    assert spun["gil_wait_ms"] > 10 * floor["gil_wait_ms"], (spun, floor)
+
+
+def test_gil_probe_samples_in_a_window_and_as_rows():
+    with GilProbe(interval_s=0.002, seed=2) as gil:
+        time.sleep(0.05)
+        open_at = time.perf_counter()
+        time.sleep(0.1)
+        close_at = time.perf_counter()
+        time.sleep(0.05)
+    inside = gil.between(open_at, close_at)
+    assert 0 < len(inside) < len(gil.samples)
+    assert all(open_at <= start and due + late <= close_at for start, due, late, _ in inside)
+    starts = [s[0] for s in gil.samples]
+    assert starts == sorted(starts) and all(due > start for start, due, *_ in gil.samples)
+    rows = gil_rows(inside, open_at, cell="c1")
+    assert [r["seq"] for r in rows] == list(range(len(inside)))
+    assert set(rows[0]) == {"cell", *GIL_COLUMNS}
+    assert all(0 <= r["offset_s"] <= close_at - open_at for r in rows)
+    with pytest.raises(ValueError, match="interval_s"):
+        GilProbe(interval_s=0)
+
+
+def test_gil_wait_summary_takes_the_run_queue_out():
+    got = stats.gil_wait_summary([0.003, 0.002, 0.001], [0.001, float("nan"), 0.001])
+    assert got["gil_samples"] == 3
+    assert got["gil_wait_ms"] == pytest.approx((2 + 2 + 0) / 3)         # a missing reading counts 0
+    assert math.isnan(stats.gil_wait_summary([], [])["gil_wait_ms"])

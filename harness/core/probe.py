@@ -29,19 +29,39 @@ core. Without schedstat (not Linux) wait_s is NaN.
 
 `measure_resolution()` runs the probe with nothing else on the loop and returns its samples and its
 own CPU cost, so every figure measured with it can state the probe's floor and overhead.
+
+`GilProbe` asks the same question of the interpreter lock instead of the loop: a thread of its own
+sleeps for random (exponential, seeded) intervals, and at every wake-up records how late after its
+timer was due it ran Python again, and how much of that it spent runnable but waiting for a core
+(the same schedstat field). `time.sleep` releases the GIL, so after the kernel wakes the thread it
+must take the GIL back before the next line runs: lateness minus run-queue wait is the wait for the
+GIL, plus the timer's own latency. That latency is the probe's floor: `gil_floor()` measures it
+with the process otherwise idle (an upper estimate: a core woken from idle adds its exit latency,
+tens of microseconds on the project's VMs). With one thread spinning in Python the probe waits
+about the interpreter's switch interval (5 ms) at every wake-up; with the process idle, its floor.
+The wake-ups are exponential so that they sample the lock's state at random moments, not in step
+with the workload's own period. Linux only for the run-queue part (NaN elsewhere); the thread sets
+its timer slack to 1 ns (prctl), so the kernel does not add its default 50 us.
+
 Statistics of the samples belong to `harness.core.stats`; this module only records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import math
 import os
+import random
 import threading
 import time
 from typing import Any
 
 DEFAULT_INTERVAL_S = 0.001
+GIL_INTERVAL_S = 0.005      # the GIL probe's mean wake-up interval: ~200 samples a second, ~1% of a
+                            # GIL-bound process's lock acquisitions (the threads model takes thousands)
+GIL_FLOOR_S = 0.2           # how long `gil_floor` runs the probe alone
+PR_SET_TIMERSLACK = 29      # linux/prctl.h
 NAN = math.nan
 
 
@@ -183,3 +203,90 @@ async def measure_resolution(duration_s: float = 1.0, *,
     return {"samples": probe.samples, "wakeups": n, "interval_s": interval_s, "duration_s": wall,
             "cpu_s": cpu, "cpu_us_per_wakeup": cpu / n * 1e6 if n else float("nan"),
             "cpu_fraction": cpu / wall if wall > 0 else float("nan")}
+
+
+class GilProbe:
+    """Context manager: a thread recording (start_s, due_s, late_s, wait_s) at each wake-up (the
+    module docstring): `start_s` the perf_counter() before it slept, `due_s` when its timer was due,
+    `late_s` how long after that it ran Python again, `wait_s` its run-queue wait over the same span
+    (NaN without schedstat). `late_s - wait_s` is the wait for the GIL plus the timer's latency.
+
+        with GilProbe(seed=1) as gil:
+            run_the_workload()
+        gil.between(open_at, close_at)     # the wake-ups inside a measured window
+    """
+
+    def __init__(self, *, interval_s: float = GIL_INTERVAL_S, seed: int = 0):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float, float, float]] = []
+        self._rng = random.Random(f"gil-probe:{seed}")
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"GilProbe(interval_s={self.interval_s}, samples={len(self.samples)})"
+
+    def __enter__(self) -> GilProbe:
+        self._thread = threading.Thread(target=self._run, name="gil-probe", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        _set_timer_slack_ns(1)
+        waits = ThreadWait.open()
+        perf, sleep, append = time.perf_counter, time.sleep, self.samples.append
+        # capped at 10 means: the exponential's tail would otherwise delay the probe's exit
+        longest, mean = 10 * self.interval_s, self.interval_s
+        self._started.set()
+        try:
+            while not self._stop.is_set():
+                pause = min(self._rng.expovariate(1.0 / mean), longest)
+                wait0 = waits.read() if waits else 0
+                start = perf()
+                sleep(pause)
+                woke = perf()
+                wait1 = waits.read() if waits else 0
+                due = start + pause
+                append((start, due, woke - due, (wait1 - wait0) / 1e9 if waits else NAN))
+        finally:
+            if waits:
+                waits.close()
+
+    def between(self, open_at: float, close_at: float) -> list[tuple[float, float, float, float]]:
+        """The wake-ups that slept and woke inside [open_at, close_at] (perf_counter() values)."""
+        return [s for s in self.samples if s[0] >= open_at and s[1] + s[2] <= close_at]
+
+
+def _set_timer_slack_ns(ns: int) -> bool:
+    """The calling thread's timer slack (Linux prctl); False where it cannot be set."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def gil_floor(duration_s: float = GIL_FLOOR_S, *, seed: int = 0) -> list[tuple[float, float, float, float]]:
+    """The GIL probe's samples with the calling thread asleep and nothing else running Python: the
+    timer's latency, what a lock nobody holds costs the probe."""
+    with GilProbe(seed=seed) as probe:
+        time.sleep(duration_s)
+    return probe.samples
+
+
+def gil_rows(samples: list[tuple[float, float, float, float]], t0: float, **fields: Any) -> list[dict[str, Any]]:
+    """GIL probe samples as table rows: the given fields, then seq, offset_s (the wake-up's due time
+    from t0), late_s, wait_s (`GIL_COLUMNS`)."""
+    return [{**fields, "seq": i, "offset_s": due - t0, "late_s": late, "wait_s": wait}
+            for i, (_start, due, late, wait) in enumerate(samples)]
+
+
+GIL_COLUMNS = {"seq": "int", "offset_s": "float", "late_s": "float", "wait_s": "float"}

@@ -193,6 +193,20 @@ def fairness_summary(task_ids: Sequence[int] | np.ndarray, n_tasks: int) -> dict
     }
 
 
+def gil_wait_summary(late_s: Sequence[float] | np.ndarray, wait_s: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """A GIL probe's wake-ups (harness.core.probe.GilProbe) as figures: each wake-up's lateness net
+    of its run-queue wait is its wait for the GIL plus the timer's latency; `gil_wait_ms` their
+    mean, `gil_wait_p90_ms` the 90th percentile, `gil_samples` how many. A wake-up without a
+    run-queue reading (no schedstat) counts its whole lateness."""
+    late, wait = np.asarray(late_s, dtype=float), np.asarray(wait_s, dtype=float)
+    net = late - np.where(np.isnan(wait), 0.0, wait)
+    net = net[np.isfinite(net)]
+    if not net.size:
+        return {"gil_wait_ms": math.nan, "gil_wait_p90_ms": math.nan, "gil_samples": 0}
+    return {"gil_wait_ms": float(net.mean()) * 1e3, "gil_wait_p90_ms": float(percentiles(net, [90.0])[0]) * 1e3,
+            "gil_samples": int(net.size)}
+
+
 def median_relative_change(ratios: Sequence[float] | np.ndarray) -> float:
     """How far apart two runs' figures are, as one number: the median of |B/A - 1| over the figures'
     ratios B/A (NaN if none). Used by `harness compare` for absolute and normalised figures alike."""

@@ -5,6 +5,11 @@ Figures (contract C1; experiment `departures`):
 - variant `<family>_<model>[python=..,placement=..,rtt_ms=..]`, metric `cpu_us_per_req` (client
   process CPU per completed request, us) and `throughput_rps` (req/s), both over the requests that
   ended in the window (`completed`; `ops` for runs recorded before it, see `rps_definition`);
+- variant `pg_<model>[...]`, metric `gil_wait_ms`: the mean wait of the GIL probe's wake-ups
+  inside the window, net of their run-queue wait (`harness.core.probe.GilProbe`,
+  `stats.gil_wait_summary`): how long a thread of the client waited to run Python again once it
+  could. Shown, not judged: no seed gives it. The windows table has its 90th percentile, sample
+  count and the cell's floor (`gil_floor_ms`, the probe alone: the timer's latency);
 - `departures.all.cpu_windows_rejected` per repeat: windows whose CPU readings do not fit the
   machine or the client's own cores (`window_cpu`); their CPU figures are NaN, so no CPU per request
   and no ratio comes from them;
@@ -95,6 +100,30 @@ def windows(run: Run) -> pd.DataFrame:
     w["cpu_s"], w["server_cpu_s"], w["machine_busy_s"] = ([f[k] for f in fits] for k in range(3))
     w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, n) for c, n in zip(w["cpu_s"], w["completed"])]
     w["throughput_rps"] = w["completed"] / w["wall_s"]
+    return _with_gil(w, run.table(EXPERIMENT, "gil", ok_only=False))
+
+
+GIL_FIGURES = ("gil_wait_ms", "gil_wait_p90_ms", "gil_samples")
+
+
+def _with_gil(w: pd.DataFrame, gil: pd.DataFrame) -> pd.DataFrame:
+    """Each window's GIL probe figures (`stats.gil_wait_summary` of its wake-ups), and its cell's
+    floor (`gil_floor_ms`: the probe alone before the models ran): NaN where the probe did not run
+    (MongoDB cells, runs recorded before it)."""
+    nan = dict.fromkeys((*GIL_FIGURES, "gil_floor_ms"), math.nan)
+    if gil.empty:
+        return w.assign(**nan)
+    figures, floors = {}, {}
+    for (repeat, variant, phase), g in gil.groupby(["repeat", "variant", "phase"], sort=False):
+        summary = stats.gil_wait_summary(g["late_s"].to_numpy(float), g["wait_s"].to_numpy(float))
+        if phase == "floor":
+            floors[(repeat, g["cell"].iloc[0])] = summary["gil_wait_ms"]
+        else:
+            figures[(repeat, variant)] = summary
+    rows = [figures.get((r, v), nan) for r, v in zip(w["repeat"], w["variant"])]
+    for name in GIL_FIGURES:
+        w[name] = [row[name] for row in rows]
+    w["gil_floor_ms"] = [floors.get((r, c), math.nan) for r, c in zip(w["repeat"], w["cell"])]
     return w
 
 
@@ -268,6 +297,7 @@ def metrics(run: Run) -> pd.DataFrame:
     for _, r in w.iterrows():
         rows.put(EXPERIMENT, r["variant"], "cpu_us_per_req", "us", r["repeat"], r["cpu_us_per_req"], "lower")
         rows.put(EXPERIMENT, r["variant"], "throughput_rps", "req/s", r["repeat"], r["throughput_rps"], "higher")
+        rows.put(EXPERIMENT, r["variant"], "gil_wait_ms", "ms", r["repeat"], r["gil_wait_ms"], "lower")
     c = cells(run)
     for _, r in c.iterrows():
         rows.put(EXPERIMENT, r["cell"], f"cpu_ratio_{r['model']}", "ratio", r["repeat"], r["cpu_ratio"])
@@ -306,6 +336,25 @@ def cell_table(run: Run) -> pd.DataFrame:
             row.update({q: s["mean"], f"{q}_low": s["ci_low"], f"{q}_high": s["ci_high"]})
         row["n_repeats"] = int(g["repeat"].nunique())
         out.append(row)
+    return pd.DataFrame(out)
+
+
+def gil_table(run: Run) -> pd.DataFrame:
+    """Per PostgreSQL cell and model over repeats: the GIL probe's mean wait (`gil_wait_ms`, mean
+    over repeats with its 95% interval), its 90th percentile and the cell's floor (medians over
+    repeats), beside the model's client CPU per request. Empty when no window has the probe."""
+    w = windows(run)
+    if w.empty or not w["gil_wait_ms"].notna().any():
+        return pd.DataFrame()
+    w = w[w["gil_wait_ms"].notna()]
+    keys = ["python", "placement", "rtt_ms", "driver", "model"]
+    out = []
+    for k, g in w.groupby(keys, sort=True):
+        s = stats.summarise(g.set_index("repeat")["gil_wait_ms"].to_dict())
+        out.append({**dict(zip(keys, k)), "gil_wait_ms": s["mean"], "gil_wait_ms_low": s["ci_low"],
+                    "gil_wait_ms_high": s["ci_high"], "gil_wait_p90_ms": float(g["gil_wait_p90_ms"].median()),
+                    "gil_floor_ms": float(g["gil_floor_ms"].median()),
+                    "cpu_us_per_req": float(g["cpu_us_per_req"].median()), "n_repeats": int(g["repeat"].nunique())})
     return pd.DataFrame(out)
 
 

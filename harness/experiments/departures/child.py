@@ -3,7 +3,10 @@
 It runs in the cell's interpreter (3.11, 3.12, 3.13, free-threaded builds), pins itself to the
 cell's client cores first thing, runs the family's models back to back with the MongoDB
 workload's `threads_variant`/`async_variant` or the PostgreSQL workload's `run_variant`, and writes windows, samples,
-its affinity, its runtime and the drivers' versions (read back) to OUT (JSON).
+its affinity, its runtime and the drivers' versions (read back) to OUT (JSON). A PostgreSQL cell
+also runs the GIL probe (`harness.core.probe.GilProbe`): alone first (its floor), then beside each
+model's clients, keeping the wake-ups inside the window. MongoDB cells do not: their windows do not
+carry their bounds out of the workload.
 `harness.experiments.departures.experiment` builds the cells, starts this child and records what it returns.
 
 It lives apart from the experiment so that a child imports only the workload code (~0.5 s),
@@ -19,6 +22,7 @@ from typing import Any
 
 from ...core import interpreters, placement
 from ...core.measure import completions_in_window
+from ...core.probe import GilProbe, gil_floor, gil_rows
 from ...core.processes import child_main
 from ..mongo.workload import async_variant, threads_variant
 from ..postgres.workload import VariantSpec, run_variant
@@ -69,19 +73,25 @@ def _child_mongo(spec: dict) -> tuple[dict, dict]:
     return windows, samples
 
 
-def _child_pg(spec: dict) -> tuple[dict, dict]:
+def _child_pg(spec: dict) -> tuple[dict, dict, dict]:
+    """The PostgreSQL models back to back, each with the GIL probe running beside its clients; its
+    wake-ups inside the window (the window's `edges`) are returned per model, offsets from the
+    window's opening (`probe.gil_rows`)."""
     p = spec["params"]
-    windows, samples = {}, {}
+    windows, samples, gil = {}, {}, {}
     for model in spec["models"]:
-        out = run_variant(VariantSpec(
-            variant=spec["variants"][model], model=model, dsn=spec["dsn"], pool=p["pg_pool"],
-            clients=p["pg_clients"], slow_ms=0.0, warmup_s=p["warmup_s"], duration_s=p["duration_s"],
-            rows=p["rows"], seed=p["seed"], calibration_requests=0, postmaster_pid=spec["postmaster_pid"]))
+        with GilProbe(seed=p["seed"]) as probe:
+            out = run_variant(VariantSpec(
+                variant=spec["variants"][model], model=model, dsn=spec["dsn"], pool=p["pg_pool"],
+                clients=p["pg_clients"], slow_ms=0.0, warmup_s=p["warmup_s"], duration_s=p["duration_s"],
+                rows=p["rows"], seed=p["seed"], calibration_requests=0, postmaster_pid=spec["postmaster_pid"]))
         w = out["window"]
         w.update(workers=p["pg_clients"], pool_size=p["pg_pool"])
         windows[model] = w
         samples[model] = {c: out["samples"][c] for c in _SAMPLE_COLUMNS}
-    return windows, samples
+        open_at, close_at = w["edges"]
+        gil[model] = gil_rows(probe.between(open_at, close_at), open_at)
+    return windows, samples, gil
 
 
 def run_cell(spec: dict) -> dict[str, Any]:
@@ -95,8 +105,13 @@ def run_cell(spec: dict) -> dict[str, Any]:
         # levels are checked against them and every window records them
         "drivers": interpreters.driver_versions(),
     }
-    run = _child_mongo if spec["family"] == "mongo" else _child_pg
-    result["windows"], result["samples"] = run(spec)
+    if spec["family"] == "mongo":
+        result["windows"], result["samples"] = _child_mongo(spec)
+    else:
+        # the GIL probe's floor first, with no client thread yet: its timer's latency in this process
+        floor = gil_floor(seed=spec["params"]["seed"])
+        result["gil_floor"] = gil_rows(floor, floor[0][0] if floor else 0.0)
+        result["windows"], result["samples"], result["gil"] = _child_pg(spec)
     return result
 
 

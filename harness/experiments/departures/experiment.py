@@ -84,6 +84,7 @@ import pandas as pd
 from ...core import datasets, interpreters, network, placement, processes, servers
 from ...core.errors import HarnessError
 from ...core.measure import EdgeCPU
+from ...core.probe import GIL_COLUMNS
 from ...core.servers import ServerStack
 from ..base import Context, Experiment, Metric, Params, variant_id, window_columns
 from ..mongo.workload import DOCUMENTS, ferretdb_backend_index, note_timeouts
@@ -284,6 +285,9 @@ class Departures(Experiment):
                                   duration_s="float", workers="int", pool_size="int"),
         "samples": {"variant": "str", **_factors, "task": "int", "start_s": "float", "latency_s": "float",
                     "ok": "bool", "error": "any"},
+        # PostgreSQL cells: the GIL probe's wake-ups, alone before the models (phase `floor`, no
+        # model) and inside each model's window (`window`; offsets from its opening)
+        "gil": {"variant": "str", **_factors, "phase": "str", **GIL_COLUMNS},
         "placements": {"cell": "str", "position": "int", "placement": "str", "server_cpus": "str",
                        "client_cpus": "str", "client_affinity": "str", "client_affinity_proc": "str",
                        "server_affinity": "str", "servers_pinned": "int"},
@@ -498,6 +502,13 @@ class Departures(Experiment):
             for key, value in {"variant": cell.variant(model), **factors, "model": model}.items():
                 s[key] = value
             ctx.record("samples", s.astype({"task": "int32", "ok": "bool"}))
+            gil = result.get("gil", {}).get(model)
+            if gil:
+                ctx.record("gil", [{"variant": cell.variant(model), **factors, "model": model, "phase": "window", **r}
+                                   for r in gil])
+        if result.get("gil_floor"):
+            ctx.record("gil", [{"variant": cell.id, **factors, "model": "", "phase": "floor", **r}
+                               for r in result["gil_floor"]])
 
     def _child(self, ctx: Context, venv: interpreters.Venv, spec: dict, pos: int) -> processes.ChildOutcome:
         """The cell's client process on the cell's interpreter (harness.experiments.departures.child). A
