@@ -58,8 +58,8 @@ import time
 from typing import Any
 
 DEFAULT_INTERVAL_S = 0.001
-GIL_INTERVAL_S = 0.005      # the GIL probe's mean wake-up interval: ~200 samples a second, ~1% of a
-                            # GIL-bound process's lock acquisitions (the threads model takes thousands)
+GIL_INTERVAL_S = 0.005      # the GIL probe's mean wake-up interval: ~200 lock acquisitions a second,
+                            # beside the thousands a second of a threads client (several per request)
 GIL_FLOOR_S = 0.2           # how long `gil_floor` runs the probe alone
 PR_SET_TIMERSLACK = 29      # linux/prctl.h
 NAN = math.nan
