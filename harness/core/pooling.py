@@ -122,7 +122,12 @@ _PROFILE = re.compile(r"^\d{8}T\d{6}Z-([A-Za-z0-9_]+)-[0-9a-f]+$")
 
 
 class NotPoolable(ValueError):
-    """A run's row that gives no log estimate with a standard error; the message says why."""
+    """A run's row that gives no log estimate with a standard error; the message says why, and
+    `verdict` is the row's own verdict where the row was found ("" where it was not)."""
+
+    def __init__(self, reason: str, verdict: str = ""):
+        super().__init__(reason)
+        self.verdict = verdict
 
 
 # -- the estimator ---------------------------------------------------------------------------------
@@ -303,22 +308,22 @@ def row_input(summary: Mapping[str, Any], claim_id: str) -> RowInput:
     method = str(row.get("method") or "")
     why = f"({verdict or 'no verdict'})"
     if est is None:
-        raise NotPoolable(f"no estimate {why}")
+        raise NotPoolable(f"no estimate {why}", verdict)
     if method.startswith("median") or (num.finite(row.get("bound")) is not None and not v1):
-        raise NotPoolable(f"judged on counts (sign test): a median with no interval on the figure {why}")
+        raise NotPoolable(f"judged on counts (sign test): a median with no interval on the figure {why}", verdict)
     if lo is None or hi is None:
-        raise NotPoolable(f"no interval {why}" + (f": {n} repeat" if n < 2 else ""))
+        raise NotPoolable(f"no interval {why}" + (f": {n} repeat" if n < 2 else ""), verdict)
     if not (est > 0 and lo > 0 and hi > 0):
-        raise NotPoolable(f"estimate or interval not positive: no log {why}")
+        raise NotPoolable(f"estimate or interval not positive: no log {why}", verdict)
     if n < 2:
-        raise NotPoolable(f"fewer than 2 repeats {why}")
+        raise NotPoolable(f"fewer than 2 repeats {why}", verdict)
     if level is None or not 0 < level < 1:
-        raise NotPoolable(f"no interval level recorded {why}")
+        raise NotPoolable(f"no interval level recorded {why}", verdict)
     if "gave a zero" in str(row.get("reason") or "") and row.get("comparison") == "equivalence":
-        raise NotPoolable(f"a zero among the repeats: the interval rests on fewer than n_used {why}")
+        raise NotPoolable(f"a zero among the repeats: the interval rests on fewer than n_used {why}", verdict)
     width = math.log(hi) - math.log(lo)
     if not width > 0:
-        raise NotPoolable(f"zero-width interval (every repeat equal) {why}")
+        raise NotPoolable(f"zero-width interval (every repeat equal) {why}", verdict)
     se = width / (2 * float(sps.t.ppf((1 + level) / 2, n - 1)))
     return RowInput(log_estimate=math.log(est), std_error=se, n=n, level=level, verdict=verdict)
 

@@ -130,7 +130,7 @@ def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
             got = row_input(run.summary, claim_id)
         except NotPoolable as e:
             why.append(f"{run.run_id[-4:]}: {e}")
-            if PREMISE_NOT_MET in str(e):
+            if e.verdict == PREMISE_NOT_MET:
                 misses.append(run.run_id)
             continue
         used.append((run.run_id, got))
