@@ -204,6 +204,32 @@ def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(tmp_path, stack_
     assert semaphore["verdict"] == "pass", semaphore["reason"]
 
 
+def counts(pairs: list[tuple[int, int]]):
+    import pandas as pd
+
+    return pd.DataFrame({"ops_per_task_min": [a for a, _ in pairs], "ops_per_task_max": [b for _, b in pairs],
+                         "fewest_over_most": [a / b for a, b in pairs]})
+
+
+def test_evenness_that_agrees_in_every_repeat_is_judged_on_the_counts_resolution():
+    """Fewest / most per task is a ratio of whole counts: three repeats of 19 / 20 give a zero-width
+    t-interval (which alone would read "no evidence"), so the interval is the counts' resolution."""
+    fair = verify.count_ratio_interval(counts([(19, 20)] * 3))
+    assert fair["ci_low"] == pytest.approx(18.5 / 20.5) and fair["ci_high"] == 1.0
+    assert verify.judge_interval(fair, verify.EVEN, "above")[0] == verify.PASS
+    starved = verify.count_ratio_interval(counts([(1, 20)] * 3))
+    assert starved["ci_high"] == pytest.approx(1.5 / 19.5)
+    assert verify.judge_interval(starved, verify.EVEN, "above")[0] == verify.FAIL
+    # at the threshold the resolution straddles it: no verdict
+    assert verify.judge_interval(verify.count_ratio_interval(counts([(10, 20)] * 3)), verify.EVEN,
+                                 "above")[0] == verify.INCONCLUSIVE
+    # repeats that differ keep their own t-interval; too few repeats stay without one
+    spread = counts([(15, 20), (18, 20), (19, 20)])
+    assert verify.count_ratio_interval(spread) == verify.interval(spread["fewest_over_most"])
+    assert verify.judge_interval(verify.count_ratio_interval(counts([(19, 20)] * 2)), verify.EVEN,
+                                 "above")[0] == verify.INCONCLUSIVE
+
+
 def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path, stack_env):
     """On FerretDB the default batches are small, so the seed's 16 MiB batch is asked for as
     batch_size = the whole collection (20,000 documents, ~160 ms to decode here); 100 documents
