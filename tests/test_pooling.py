@@ -399,3 +399,24 @@ def test_a_newest_run_without_an_interval_is_not_replaced_by_older_runs_of_other
     assert "20261203T000000Z-full-cccc" in r["not_poolable"]
     older = pooled_lessons(runs[:2], ["001-pool-13"]).iloc[0]
     assert older["k"] == 2 and older["pooled"]       # without the newer run, the two pool as before
+
+
+def test_history_prints_two_boots_without_a_range_and_three_with_one():
+    """`harness history --lessons` reads the pooled frame, where a missing prediction interval is NaN,
+    not None: two boots once printed "a new run: nan to nan"."""
+    from harness.reading import history
+
+    def run(c, ratio, boot):
+        return (f"2026120{boot}T000000Z-full-{c * 4}", f"b{boot}",
+                _summary(c, ratio, sd=0.03, verdict="size not reproduced"))
+
+    two = pooled_lessons([run("a", 30.0, 1), run("b", 45.0, 2)], ["001-pool-13"]).to_dict("records")[0]
+    # in a frame where another lesson has a range, the column is float and this row's is NaN
+    (line,) = history.pooled_lines({**two, "pi_low": math.nan, "pi_high": math.nan})
+    assert "nan" not in line and "a new run:" not in line
+    assert "over 2 boots" in line and "need 3 boots; both runs: size not reproduced" in line
+    three = pooled_lessons([run("a", 30.0, 1), run("b", 45.0, 2), run("c", 36.0, 3)],
+                           ["001-pool-13"]).to_dict("records")[0]
+    (line,) = history.pooled_lines(three)
+    assert "over 3 boots" in line and "a new run: " in line and "nan" not in line
+    assert line.endswith("size not reproduced, 3 of 3 runs agree")
