@@ -136,17 +136,15 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
                 f"its own interval stands; a pooled estimate needs runs from 2 boots, a prediction interval 3"]
     head = (f"  pooled over {p['k']} boots: {num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, "
             f"{num.sig3(p['ci_high'])}] ({p['ci_level']:.0%}); ")
+    i2 = f"I² {100 * (p['i2'] or 0):.0f}%"
     if p.get("verdict") == verdicts.TOO_FEW_BOOTS:   # two boots: an estimate, but no range for a new run
-        head += (f"I² {100 * (p['i2'] or 0):.0f}%; a new run's range and a verdict across boots need "
-                 f"{pooling.MIN_FOR_VERDICT} boots; {p['agree_text']}")
-        return [head] + ([f"    {p['disagreement']}"] if p.get("disagreement") else [])
-    head += (f"a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction interval); "
-             if num.finite(p.get("pi_low")) is not None else f"no prediction interval ({p['pi_reason']}); ")
-    head += f"I² {100 * (p['i2'] or 0):.0f}%; {p['verdict']}, {p['agree_text']}"
-    out = [head]
-    if p.get("disagreement"):
-        out.append(f"    {p['disagreement']}")
-    return out
+        head += (f"{i2}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT} boots; "
+                 f"{p['agree_text']}")
+    else:
+        head += (f"a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction interval); "
+                 if num.finite(p.get("pi_low")) is not None else f"no prediction interval ({p['pi_reason']}); ")
+        head += f"{i2}; {p['verdict']}, {p['agree_text']}"
+    return [head] + ([f"    {p['disagreement']}"] if p.get("disagreement") else [])
 
 
 def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
