@@ -7,6 +7,7 @@ started by the harness's own provisioning code.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -32,12 +33,31 @@ def stack_env(stack):
     return {"STUDY_MONGODB_URI": stack.mongodb_uri, "STUDY_POSTGRES_DSN": stack.postgres_dsn}
 
 
+# A password no file, page or console of the harness may ever show (tests/test_faults.py, class 9).
+SECRET = "s3cr3t-Pa55-for-tests"
+
+
+def with_password(uri: str, user: str = "postgres") -> str:
+    """`uri` with `user:SECRET@` as its credentials: the local servers trust any password."""
+    return re.sub(r"^(\w+://)(?:[^@/]*@)?", rf"\g<1>{user}:{SECRET}@", uri)
+
+
+def password_env(stack) -> dict[str, str]:
+    """STUDY_* for the session's servers, each URI carrying SECRET. FerretDB 1.x passes PLAIN
+    credentials to PostgreSQL, whose local cluster trusts them."""
+    return {"STUDY_MONGODB_URI": with_password(stack.mongodb_uri) + "?authMechanism=PLAIN",
+            "STUDY_POSTGRES_DSN": with_password(stack.postgres_dsn)}
+
+
 @pytest.fixture(scope="session")
-def smoke_run(stack_env, tmp_path_factory) -> store.Run:
-    """Every registered experiment at the smoke profile, through `study.run`, as users run it."""
+def smoke_run(stack, tmp_path_factory) -> store.Run:
+    """Every registered experiment at the smoke profile, through `study.run`, as users run it; given
+    the session's servers by URIs that carry a password, so that the credentials test searches
+    every experiment's files and the report's pages for it (one run instead of a second run and
+    report of its own)."""
     data_dir = tmp_path_factory.mktemp("smoke-data")
     with pytest.MonkeyPatch.context() as mp:  # session-scoped, so not the `monkeypatch` fixture
-        for k, v in stack_env.items():
+        for k, v in password_env(stack).items():
             mp.setenv(k, v)
         path = study.run(list(registry.all_experiments()), "smoke", 1, None, data_dir)
     return store.Run(path)

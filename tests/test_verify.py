@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from harness import registry
 from harness import verify as verify_mod
-from harness.core import config, store, workload_file
+from harness.core import config, datasets, store, workload_file
 from harness.core.errors import HarnessError
 from harness.experiments.verify import analysis as verify
 
@@ -189,12 +191,28 @@ def _mongo_run(tmp_path: Path, body: str, stack_env: dict[str, str]) -> store.Ru
                 os.environ[k] = v
 
 
-def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(tmp_path, stack_env):
-    body = ('target = "local"\ndataset = "orders"\n[mongodb]\ncollection = "orders"\n'
+@pytest.fixture(scope="module")
+def mongo_checks(tmp_path_factory, stack_env, stack) -> SimpleNamespace:
+    """One `harness verify` run of a starved pool (60 tasks on 2 connections) with allow_writes = true,
+    read by two tests (runs of their own took 20 and 11 s): fairness, and the write check, with the
+    orders collection's size before. The stall check keeps a run of its own: beside this load, its
+    one large read read `inconclusive` in 2 of 8 runs here (alone, 0 of 3)."""
+    import pymongo
+
+    tmp_path = tmp_path_factory.mktemp("mongo-checks")
+    body = ('target = "local"\ndataset = "orders"\nallow_writes = true\n[mongodb]\ncollection = "orders"\n'
             'filter = { customer = ":c" }\nparams.c = { choice = ["c1", "c2", "c3", "c4", "c5"] }\n'
             '[load]\ntasks = 60\nthreads = 4\npools = [2]\nduration_s = 1.0\nwarmup_s = 0.2\nrepeats = 3\n')
-    run = _mongo_run(tmp_path, body, stack_env)
-    checks = verify.checks(run).set_index(["check", "subject"])
+    # the run's own orders first (target = "local" loads them at the full size): the count before
+    # is then the user's collection as the run finds it, whichever test sized it last
+    datasets.Orders(registry.get("verify_mongo").params("full").documents).ensure(stack)
+    with pymongo.MongoClient(stack.mongodb_uri) as c:
+        before = c["study"]["orders"].estimated_document_count()
+    return SimpleNamespace(run=_mongo_run(tmp_path, body, stack_env), orders_before=before)
+
+
+def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(mongo_checks):
+    checks = verify.checks(mongo_checks.run).set_index(["check", "subject"])
     assert checks.loc[("001-fairness", "bare[pool=2]"), "verdict"] == "fail", checks.loc["001-fairness"].to_dict()
     semaphore = checks.loc[("001-fairness", "semaphore[pool=2]")]
     if semaphore["verdict"] == "inconclusive" and "other processes used" in semaphore["reason"]:
@@ -354,24 +372,20 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack
         assert conn.execute("SELECT to_regclass(%s)", (calibration.TABLE,)).fetchone() == (None,)
 
 
-def test_the_write_check_runs_only_in_a_scratch_collection_it_drops(tmp_path, stack_env, stack):
+def test_the_write_check_runs_only_in_a_scratch_collection_it_drops(mongo_checks, stack):
     """allow_writes = true adds seed 001's bulk-write check; the user's collection is untouched and
     no scratch collection is left behind."""
     import pymongo
 
-    body = ('target = "local"\ndataset = "orders"\nallow_writes = true\n[mongodb]\ncollection = "orders"\n'
-            'filter = { customer = ":c" }\nparams.c = { choice = ["c1"] }\n'
-            '[load]\ntasks = 4\nthreads = 2\npools = [2]\nduration_s = 0.2\nwarmup_s = 0.0\nrepeats = 1\n')
-    with pymongo.MongoClient(stack.mongodb_uri) as c:
-        before = c["study"]["orders"].estimated_document_count()
-    run = _mongo_run(tmp_path, body, stack_env)
+    run = mongo_checks.run
     checks = verify.checks(run)
     bulk = checks[checks["check"] == "001-bulk"]
     assert len(bulk) == 1 and bulk["verdict"].iloc[0] in verify.VERDICTS, checks.to_dict("records")
     writes = run.table("verify_mongo", "writes")
     assert set(writes["method"]) == {"insert_one", "insert_many"} and writes["ok"].all()
+    assert len(writes) == 2 * run.experiments["verify_mongo"]["repeats_planned"]   # each method in each repeat
     with pymongo.MongoClient(stack.mongodb_uri) as c:
-        assert c["study"]["orders"].estimated_document_count() == before
+        assert c["study"]["orders"].estimated_document_count() == mongo_checks.orders_before
         assert not [n for n in c["study"].list_collection_names() if n.startswith("harness_verify_scratch_")]
 
 
