@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -336,11 +337,12 @@ def kill_ferretdb_in_mongo_pool(tmp_path: Path, *args: str) -> tuple[Cli, psutil
 
 
 @pytest.fixture(scope="module")
-def ferretdb_killed(tmp_path_factory) -> SimpleNamespace:
+def ferretdb_killed(tmp_path_factory, stall_started) -> SimpleNamespace:
     """One run of every smoke cell of mongo_pool, then mongo_client, with its own servers; FerretDB
     killed 1 s into mongo_pool's first window (6 s). Shared by the two class 1 tests below, which
     judge different things of the same run: the cells after the kill, and the restart before
-    mongo_client. (Two runs took 30 s; one takes half.)"""
+    mongo_client. (Two runs took 30 s; one takes half.) It runs while the class 4 run waits out its
+    clients' time-outs (`stall_started`)."""
     tmp_path = tmp_path_factory.mktemp("ferretdb-killed")
     c, ferretdb, code, left = kill_ferretdb_in_mongo_pool(tmp_path, "mongo_pool", "mongo_client", "--profile",
                                                           "smoke", "--set", "mongo_pool.duration_s=6")
@@ -520,24 +522,43 @@ TIMEOUT_ARGS = ("--profile", "smoke", "--set", "mongo_pool.duration_s=4", "--set
 
 
 @pytest.fixture(scope="module")
-def stalled(tmp_path_factory, stack_env):
-    """One run whose MongoDB path stops answering (Toxiproxy `timeout` toxic, sockets kept open) 1 s
-    into mongo_pool's window: (run, exit code, seconds from the stall to the CLI's exit, left behind).
-    Shared by the class 4 tests, which judge different things of the same run."""
+def stall_started(tmp_path_factory, stack_env):
+    """The class 4 run, its fault injected here: its MongoDB path stops answering (Toxiproxy `timeout`
+    toxic, sockets kept open) 1 s into mongo_pool's window. What is left is waiting, about 35 s, for
+    the clients' time-outs to end the stalled operations and the CLI to exit: that wait goes on in a
+    thread while the class 1 runs (servers of their own) use the time; `stalled` collects it. Only
+    the wait overlaps another run: the fault itself lands on an otherwise idle machine."""
     tmp_path = tmp_path_factory.mktemp("stall")
     data = tmp_path / "data"
-    env = base_env(data, **stack_env)
-    with cli(tmp_path, "run", "mongo_pool", *TIMEOUT_ARGS, env=env) as c:
+    c = Cli(tmp_path, "run", "mongo_pool", *TIMEOUT_ARGS, env=base_env(data, **stack_env))
+    try:
         wait_for_worker(c, data, "mongo_pool")
         api, proxy = toxiproxy_of(c)
         time.sleep(1.0)
         api.add_toxic(proxy, "timeout", {"timeout": 0}, stream="downstream", name="stall")
         stalled_at = time.monotonic()
         api.close()
-        code = c.wait(STALL_REPEAT_TIMEOUT_S + 90)
-        after_s = time.monotonic() - stalled_at
-        left = c.left_behind()
-    return finished_run(data), code, after_s, left
+    except BaseException:
+        c.kill_on_exit()
+        raise
+
+    def wait_out() -> tuple[store.Run, int, float, list[str]]:
+        try:
+            code = c.wait(STALL_REPEAT_TIMEOUT_S + 90)
+            after_s = time.monotonic() - stalled_at
+            return finished_run(data), code, after_s, c.left_behind()
+        finally:
+            c.kill_on_exit()
+
+    with ThreadPoolExecutor(max_workers=1) as waiting:
+        yield waiting.submit(wait_out)
+
+
+@pytest.fixture(scope="module")
+def stalled(stall_started):
+    """The class 4 run once it has ended: (run, exit code, seconds from the stall to the CLI's exit,
+    left behind). Shared by the class 4 tests, which judge different things of the same run."""
+    return stall_started.result(timeout=STALL_REPEAT_TIMEOUT_S + 120)
 
 
 def test_server_stops_answering_no_hang_past_the_repeat_timeout(stalled, fault):
