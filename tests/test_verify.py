@@ -177,12 +177,20 @@ def test_the_postgres_example_runs_through_the_command(tmp_path, stack_env):
     print(f"postgres example at small load: {time.monotonic() - started:.0f} s")
 
 
-def _mongo_run(tmp_path: Path, body: str, stack_env: dict[str, str]) -> store.Run:
+# The checks these tests do not judge, at the smoke profile's sizes (the defaults: 50 clients opened
+# one after another, 2,000 documents inserted one by one in every repeat)
+SMALL_SIDE_CHECKS = {"client_queries": 10, "write_documents": 200}
+
+
+def _mongo_run(tmp_path: Path, body: str, stack_env: dict[str, str], **sizes: int) -> store.Run:
+    """`harness verify` of `body` on the session's servers, as `verify.run` does it, with the
+    experiment's parameters `sizes` on top of the workload file's."""
     path = write(tmp_path, body)
     old = {k: os.environ.get(k) for k in stack_env}
     os.environ.update(stack_env)
     try:
-        return store.Run(verify_mod.run(path, data_dir=tmp_path / "data"))
+        w, overrides = verify_mod.prepare(path, (), tmp_path / "data")
+        return store.Run(verify_mod.execute(w, {**overrides, **sizes}, data_dir=tmp_path / "data"))
     finally:
         for k, v in old.items():
             if v is None:
@@ -208,7 +216,7 @@ def mongo_checks(tmp_path_factory, stack_env, stack) -> SimpleNamespace:
     datasets.Orders(registry.get("verify_mongo").params("full").documents).ensure(stack)
     with pymongo.MongoClient(stack.mongodb_uri) as c:
         before = c["study"]["orders"].estimated_document_count()
-    return SimpleNamespace(run=_mongo_run(tmp_path, body, stack_env), orders_before=before)
+    return SimpleNamespace(run=_mongo_run(tmp_path, body, stack_env, **SMALL_SIDE_CHECKS), orders_before=before)
 
 
 def test_a_starved_pool_fails_fairness_and_the_semaphore_passes(mongo_checks):
@@ -264,8 +272,8 @@ def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path
     try:
         from harness import study
 
-        run = store.Run(study.run(["verify_mongo"], "full", 3, {**overrides, "documents": 20_000},
-                                  tmp_path / "data"))
+        run = store.Run(study.run(["verify_mongo"], "full", 3,
+                                  {**overrides, **SMALL_SIDE_CHECKS, "documents": 20_000}, tmp_path / "data"))
     finally:
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
