@@ -341,7 +341,7 @@ def ferretdb_killed(tmp_path_factory, stall_started) -> SimpleNamespace:
     """One run of every smoke cell of mongo_pool, then mongo_client, with its own servers; FerretDB
     killed 1 s into mongo_pool's first window (6 s). Shared by the two class 1 tests below, which
     judge different things of the same run: the cells after the kill, and the restart before
-    mongo_client. (Two runs took 30 s; one takes half.) It runs while the class 4 run waits out its
+    mongo_client. (Two runs took 30 s; one takes 19 s.) It runs while the class 4 run waits out its
     clients' time-outs (`stall_started`)."""
     tmp_path = tmp_path_factory.mktemp("ferretdb-killed")
     c, ferretdb, code, left = kill_ferretdb_in_mongo_pool(tmp_path, "mongo_pool", "mongo_client", "--profile",

@@ -186,17 +186,11 @@ def _mongo_run(tmp_path: Path, body: str, stack_env: dict[str, str], **sizes: in
     """`harness verify` of `body` on the session's servers, as `verify.run` does it, with the
     experiment's parameters `sizes` on top of the workload file's."""
     path = write(tmp_path, body)
-    old = {k: os.environ.get(k) for k in stack_env}
-    os.environ.update(stack_env)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # a module fixture calls it, so not the `monkeypatch` fixture
+        for k, v in stack_env.items():
+            mp.setenv(k, v)
         w, overrides = verify_mod.prepare(path, (), tmp_path / "data")
         return store.Run(verify_mod.execute(w, {**overrides, **sizes}, data_dir=tmp_path / "data"))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +250,7 @@ def test_evenness_that_agrees_in_every_repeat_is_judged_on_the_counts_resolution
                                  "above")[0] == verify.INCONCLUSIVE
 
 
-def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path, stack_env):
+def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path, stack_env, monkeypatch):
     """On FerretDB the default batches are small, so the seed's 16 MiB batch is asked for as
     batch_size = the whole collection (20,000 documents, ~160 ms to decode here); 100 documents
     per batch stay well under the check's limit (50 ms here, a margin over this 2-core machine's
@@ -267,16 +261,12 @@ def test_one_large_batch_fails_the_stall_check_where_small_batches_pass(tmp_path
             '[load]\ntasks = 4\nthreads = 2\npools = [2]\nduration_s = 0.2\nwarmup_s = 0.0\nrepeats = 3\n')
     path = write(tmp_path, body)
     w, overrides = verify_mod.plan(path)
-    old = {k: os.environ.get(k) for k in stack_env}
-    os.environ.update(stack_env)
-    try:
-        from harness import study
+    for k, v in stack_env.items():
+        monkeypatch.setenv(k, v)
+    from harness import study
 
-        run = store.Run(study.run(["verify_mongo"], "full", 3,
-                                  {**overrides, **SMALL_SIDE_CHECKS, "documents": 20_000}, tmp_path / "data"))
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    run = store.Run(study.run(["verify_mongo"], "full", 3,
+                              {**overrides, **SMALL_SIDE_CHECKS, "documents": 20_000}, tmp_path / "data"))
     checks = verify.checks(run).set_index(["check", "subject"])
     stall = checks.loc["001-stall"]
     assert stall.loc["large_read[batch_size=20000]", "verdict"] == "fail", stall.to_dict()
