@@ -235,10 +235,10 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     assert r["dropped_no_boot"] == 1               # f
     assert r["key"] == ("full", 2, "{mongo_pool.bare.max_ms}", "{mongo_pool.semaphore.max_ms}",
                         (("mongo_pool", "v1"),))
-    # the pooled interval, judged by the band rule, lies below the band: size not reproduced, whose class
-    # (holds) is each run's `direction only`
-    # and the runs' own verdicts are said beside the agreement
-    assert r["agree_text"] == "3 of 3 runs agree (holds: 3 direction only)" and r["verdict"] == "size not reproduced"
+    # the pooled interval, judged by the band rule, lies below the band: size not reproduced, which each
+    # run's `direction only` (the word before issue 35) covered; the runs' own word is said beside it
+    assert r["verdict"] == "size not reproduced"
+    assert r["agree_text"] == "3 of 3 runs agree (bbbb, cccc, dddd: direction only)" and r["disagreement"] == ""
     assert [p["run_id"][-4:] for p in r["per_run"]] == ["bbbb", "cccc", "dddd"]
     assert sum(p["weight"] for p in r["per_run"]) == pytest.approx(1.0)
     assert r["tau2"] > 0 and r["pi_high"] - r["pi_low"] > r["ci_high"] - r["ci_low"]
@@ -249,14 +249,37 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     assert loose.iloc[0]["k"] == 4
 
 
-def test_agreement_in_class_names_the_runs_own_verdicts_where_they_differ():
-    assert pooling.agreement("reproduced", ["reproduced", "reproduced"]) == (2, "2 of 2 runs agree")
-    # a pooled interval of few runs can reach the band each run's own missed (001-bulk over f1b4 and 851b
-    # did, before two runs lost their pooled verdict: pooling.MIN_FOR_VERDICT); the text names their words
-    assert (pooling.agreement("reproduced", ["size not reproduced", "size not reproduced"])
-            == (2, "2 of 2 runs agree (holds: 2 size not reproduced)"))
-    assert (pooling.agreement("not reproduced", ["not reproduced", "reproduced", "inconclusive"])
-            == (1, "1 of 3 runs agree"))
+def _runs(*words: str) -> dict[str, str]:
+    return {f"20261201T00000{i}Z-full-{c * 4}": w for i, (c, w) in enumerate(zip("abcdef", words))}
+
+
+def test_runs_agree_when_they_say_what_the_pooled_verdict_says_not_merely_its_class():
+    assert pooling.agreement("reproduced", _runs("reproduced", "reproduced")) == (2, "2 of 2 runs agree")
+    # a pooled interval of few runs can reach the band each run's own missed (001-bulk over f1b4, 4beb and
+    # b875: two runs `size not reproduced`, pooled `reproduced`): the size is what they disagree on, so
+    # they do not count as agreeing, and each is named with its word
+    assert (pooling.agreement("reproduced", _runs("size not reproduced", "size not reproduced", "reproduced"))
+            == (1, "1 of 3 runs agree (aaaa, bbbb: size not reproduced)"))
+    assert (pooling.agreement("not reproduced", _runs("not reproduced", "reproduced", "inconclusive"))
+            == (1, "1 of 3 runs agree (bbbb: reproduced; cccc: inconclusive)"))
+    # `direction only` (before issue 35) covered both `size not reproduced` and `direction, no seed figure`,
+    # never `reproduced`
+    assert (pooling.agreement("size not reproduced", _runs("direction only", "size not reproduced"))
+            == (2, "2 of 2 runs agree (aaaa: direction only)"))
+    assert pooling.agreement("direction, no seed figure", _runs("direction only"))[0] == 1
+    assert pooling.agreement("reproduced", _runs("direction only"))[0] == 0
+    assert pooling.says_the_same("size not reproduced", "direction only")
+    assert not pooling.says_the_same("size not reproduced", "direction, no seed figure")
+
+
+def test_runs_of_one_class_that_differ_on_the_size_are_said_to_disagree():
+    runs = [(f"2026120{i}T000000Z-full-{c * 4}", f"b{i}", _summary(c, ratio, sd=0.03, verdict=v))
+            for i, (c, ratio, v) in enumerate([("a", 30.0, "size not reproduced"), ("b", 36.0, "size not reproduced"),
+                                               ("c", 60.0, "reproduced")], start=1)]
+    r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
+    assert r["k"] == 3
+    assert "disagree" in r["disagreement"] and "cccc reproduced (holds)" in r["disagreement"]
+    assert r["agree_text"].startswith(f"{r['agree']} of 3 runs agree (")
 
 
 def test_rules_versions_do_not_mix_and_disagreement_is_said():

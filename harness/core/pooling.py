@@ -69,23 +69,25 @@ the side opposite to the seed's -> not reproduced; wholly on the seed's side -> 
 overlaps the band, size not reproduced if it lies outside it, direction, no seed figure if the row
 has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent, wholly
 outside -> not reproduced; absolute rows: not comparable. No Holm adjustment is applied across
-lessons. "k of K runs agree": the pooled runs whose own verdict has the
-pooled verdict's class (harness.core.verdicts: holds / fails / open), with their own verdicts beside
-it when those differ from the pooled one (`agreement`); runs of different classes are named
-(`disagreement`). Two runs are pooled (estimate, interval, tau^2) but given no verdict
-(`TOO_FEW_BOOTS`, with each run's own verdict in `agree_text`): with k = 2 the interval's critical
-value is t_1 = 6.31 at 90%, so the pooled interval is wide enough to reach a band that each run's
-own interval missed; with the committed runs f1b4 and 851b, 001-bulk read `reproduced` across boots
-while both runs read `size not reproduced`. A verdict across runs should say no more than its runs;
-with fewer than three, the literature on very few studies advises against a random-effects verdict
-(Bender et al. 2018, Res. Synth. Methods 9:382), and the runs are shown side by side instead.
+lessons. "k of K runs agree": the pooled runs whose own verdict says what the pooled verdict says
+(the same word, or `direction only` from a summary before issue 35, which covered `size not
+reproduced` and `direction, no seed figure`: `says_the_same`), not merely its class: `reproduced`
+and `size not reproduced` agree on the direction and disagree on the size, which is what the band
+judges. Every run whose word differs from the pooled verdict's is named with its word (`agreement`),
+and runs that say different things are named in `disagreement`. Two runs are pooled (estimate,
+interval, tau^2) but given no verdict (`TOO_FEW_BOOTS`, with each run's own verdict in
+`agree_text`): with k = 2 the interval's critical value is t_1 = 6.31 at 90%, so the pooled interval
+is wide enough to reach a band that each run's own interval missed; with the committed runs f1b4 and
+851b, 001-bulk read `reproduced` across boots while both runs read `size not reproduced`. A verdict
+across runs should say no more than its runs; with fewer than three, the literature on very few
+studies advises against a random-effects verdict (Bender et al. 2018, Res. Synth. Methods 9:382),
+and the runs are shown side by side instead.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +102,7 @@ from statsmodels.stats.meta_analysis import combine_effects
 from . import ledger, num, store
 from .verdicts import (
     DIRECTION_NO_FIGURE,
+    DIRECTION_ONLY,
     EQUIVALENT,
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -370,19 +373,34 @@ def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, 
 
 # -- a verdict across runs -------------------------------------------------------------------------
 
-def agreement(verdict: str, run_verdicts: Iterable[str]) -> tuple[int, str]:
-    """(k, "k of K runs agree"): the runs whose own verdict has the pooled verdict's class. Where they
-    agree in class but not in words (a pooled `reproduced` over runs each `size not reproduced`: a
-    wide pooled interval of few runs reaches the band that each run's own interval missed), their
-    own verdicts follow in the text, so the class never hides what each run said."""
-    run_verdicts = list(run_verdicts)
-    cls = verdict_class(verdict)
-    same_class = [v for v in run_verdicts if verdict_class(v) == cls]
-    text = f"{len(same_class)} of {len(run_verdicts)} runs agree"
-    if any(v != verdict for v in same_class):
-        counts = Counter(same_class)
-        text += f" ({cls}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
-    return len(same_class), text
+# `direction only`, in summaries before issue 35, covered both of these: a run that read it said what
+# either says, and contradicts neither
+_LEGACY_COVERS = {DIRECTION_ONLY: (SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE)}
+
+
+def says_the_same(a: str, b: str) -> bool:
+    """Whether verdicts `a` and `b` say the same of the seed's sentence: the same word, or the word
+    before issue 35 that covered the other (`direction only` with `size not reproduced` or with
+    `direction, no seed figure`). Words of one class can say different things: `reproduced` and
+    `size not reproduced` agree on the direction and disagree on the size."""
+    return a == b or b in _LEGACY_COVERS.get(a, ()) or a in _LEGACY_COVERS.get(b, ())
+
+
+def agreement(verdict: str, run_verdicts: Mapping[str, str]) -> tuple[int, str]:
+    """(k, "k of K runs agree"): the runs (run id -> own verdict) whose own verdict says what the
+    pooled verdict says (`says_the_same`). Every run whose word is not the pooled verdict's is named
+    with its word, so neither a count nor a class hides what each run said: a pooled `reproduced`
+    over runs that read `size not reproduced` (a wide pooled interval of few runs reaches the band
+    that their own intervals missed) reads "1 of 3 runs agree (f1b4, 4beb: size not reproduced)"."""
+    agreeing = [i for i, v in run_verdicts.items() if says_the_same(verdict, v)]
+    text = f"{len(agreeing)} of {len(run_verdicts)} runs agree"
+    others: dict[str, list[str]] = {}
+    for i, v in run_verdicts.items():
+        if v != verdict:
+            others.setdefault(v, []).append(short_id(i))
+    if others:
+        text += " (" + "; ".join(f"{', '.join(ids)}: {v}" for v, ids in others.items()) + ")"
+    return len(agreeing), text
 
 
 def each_run(verdicts: Mapping[str, str]) -> str:
@@ -517,9 +535,10 @@ def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: It
     ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level), pi_low,
     pi_high (None unless k >= 3), pi_reason, tau2, i2, q, their log-scale twins, method, pooled,
     verdict (k >= 3: `pooled_verdict`; k = 2: `TOO_FEW_BOOTS`; k = 1: the run's own), agree (runs whose
-    verdict class is the pooled verdict's; None at k = 2), agree_text ("k of K runs agree"; at k = 2
-    each run's own verdict: `each_run`), verdicts (run id -> verdict), disagreement
-    (a sentence naming the runs when their classes differ, else ""), per_run (one dict per pooled run:
+    verdict says what the pooled verdict says: `agreement`; None at k = 2), agree_text ("k of K runs
+    agree", naming the runs of other words; at k = 2 each run's own verdict: `each_run`), verdicts
+    (run id -> verdict), disagreement (a sentence naming the runs when they say different things,
+    else ""), per_run (one dict per pooled run:
     run_id, boot_id, estimate, ci_low, ci_high, ci_level, log_estimate, std_error, n, verdict, weight:
     for a forest plot), key (what the pooled runs share), dropped_same_boot, dropped_other_key,
     dropped_no_boot (counts), not_poolable (run -> reason, for runs of the key whose row gives no
@@ -591,9 +610,9 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     if verdict == TOO_FEW_BOOTS:
         agree, agree_text = None, each_run(verdicts)
     else:
-        agree, agree_text = agreement(verdict, verdicts.values())
-    classes = {verdict_class(v) for v in verdicts.values()}
-    if len(classes) > 1:
+        agree, agree_text = agreement(verdict, verdicts)
+    words = list(verdicts.values())
+    if any(not says_the_same(a, b) for a in words for b in words):
         rec["disagreement"] = ("single-run verdicts disagree across boots: "
                                + "; ".join(f"{short_id(i)} {v} ({verdict_class(v)})" for i, v in verdicts.items()))
     per_run = []
