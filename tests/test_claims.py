@@ -128,7 +128,8 @@ def test_a_single_figure_and_the_experiments_an_expression_reads():
 
 # 8 repeats: enough for a row judged on the count of repeats (8 of 8 on one side: sign test p = 1/256)
 SMALL = np.array([0.01, -0.01, 0.005, -0.005, 0.0, 0.002, -0.002, 0.001])   # log noise: a tight interval
-LARGE = np.array([0.4, -0.4, 0.3, -0.3, 0.0, 0.2, -0.2, 0.0])             # an interval wide enough to include anything near
+# an interval wide enough to include anything near
+LARGE = np.array([0.4, -0.4, 0.3, -0.3, 0.0, 0.2, -0.2, 0.0])
 
 
 def _matching_label(premise: str) -> str:

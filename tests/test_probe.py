@@ -86,7 +86,8 @@ def _burn_cpu(seconds: float) -> None:
         pass
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat") or not hasattr(os, "sched_setaffinity"),
+@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat")
+                    or not hasattr(os, "sched_setaffinity"),
                     reason="needs Linux schedstat and CPU affinity")
 def test_a_stall_on_a_busy_core_is_split_into_run_and_wait():
     """The loop's thread and a CPU-burning child pinned to one core: the loop blocked for BUSY_S of

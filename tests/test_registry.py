@@ -137,7 +137,8 @@ def test_version_follows_the_workload_modules_an_experiment_uses(monkeypatch, tm
         <= set(registry.version_sources("mongo_pool"))
     assert "harness.experiments.postgres.workload" not in registry.version_sources("mongo_pool")
     # a sibling experiment of the family's folder, and the family's package, are not part of it
-    assert not {"harness.experiments.mongo.cursor", "harness.experiments.mongo"} & set(registry.version_sources("mongo_pool"))
+    hashed = set(registry.version_sources("mongo_pool"))
+    assert not {"harness.experiments.mongo.cursor", "harness.experiments.mongo"} & hashed
     # a module run as a child ("harness.experiments.departures.child") and a package used by name (the FastAPI app
     # and the locustfile beside it) count too
     assert "harness.experiments.departures.child" in registry.version_sources("departures")

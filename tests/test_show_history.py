@@ -461,7 +461,8 @@ def test_compare_lists_differing_metadata_and_says_what_is_incomparable(tmp_path
     assert "[differs] summary format: A version 1 | B version 2" in text
     assert "NOT COMPARABLE: mongo_pool" in text and "pg_models (" not in text.split("NOT COMPARABLE")[1].split("\n")[0]
     assert "[differs] driver psycopg" not in text   # equal metadata is not listed
-    meta, bad = compare.checked_metadata(store.open_run(a_id, tmp_path).manifest, store.open_run(b_id, tmp_path).manifest)
+    meta, bad = compare.checked_metadata(store.open_run(a_id, tmp_path).manifest,
+                                         store.open_run(b_id, tmp_path).manifest)
     assert set(bad) == {"mongo_pool"}
     df = compare.compare(readout.summary_of(store.open_run(a_id, tmp_path)),
                          readout.summary_of(store.open_run(b_id, tmp_path)), bad)
