@@ -231,6 +231,21 @@ def counts(pairs: list[tuple[int, int]]):
                          "fewest_over_most": [a / b for a, b in pairs]})
 
 
+def test_a_limit_not_identified_suggests_more_clients_only_to_a_client_with_cpu_to_spare():
+    import pandas as pd
+
+    def limit_row(cpu_pct: float) -> dict:
+        g = pd.DataFrame({"repeat": range(5), "limit": ["not identified"] * 5, "cpu_pct": [cpu_pct] * 5,
+                          "limit_reason": ["4% of pool bound, client ..."] * 5})
+        return verify._limit_row(g, "threads_psycopg, pool 20", [20], None, "")
+
+    busy, idle = limit_row(101.0), limit_row(40.0)
+    assert busy["verdict"] == idle["verdict"] == "fail"
+    assert "client ran 101% of a core" in busy["advice"] and "too light" not in busy["advice"]
+    assert "too light (more clients)" in idle["advice"]
+    assert "too light" in verify.not_identified_advice(float("nan"))   # CPU not measured: no claim on it
+
+
 def test_evenness_that_agrees_in_every_repeat_is_judged_on_the_counts_resolution():
     """Fewest / most per task is a ratio of whole counts: three repeats of 19 / 20 give a zero-width
     t-interval (which alone would read "no evidence"), so the interval is the counts' resolution."""

@@ -237,14 +237,29 @@ def _limit_row(g: pd.DataFrame, subject: str, pools: list[int], production: int 
                     why, "Run more repeats.")
     reason = "; ".join(g.loc[g["limit"] == limit, "limit_reason"].head(1))
     if limit == "not identified" and k / n >= LIMIT_AGREEMENT:
+        cpu = g.loc[g["limit"] == limit, "cpu_pct"] if "cpu_pct" in g else pd.Series(dtype=float)
         return _row("002-limit", subject, FAIL, f"limit: {limit}", "share of repeats", iv, threshold, reason,
-                    "No resource was saturated: the load may be too light (more clients) or the limit is "
-                    "outside what is measured (locks, the network, a server elsewhere).")
+                    not_identified_advice(float(cpu.median()) if cpu.notna().any() else math.nan))
     if k / n >= LIMIT_AGREEMENT:
         return _row("002-limit", subject, PASS, f"limit: {limit}", "share of repeats", iv, threshold,
                     f"{k} of {n} repeats: {reason}", f"The limiting resource is {limit}.")
     return _row("002-limit", subject, INCONCLUSIVE, f"limit: {limit}", "share of repeats", iv, threshold,
                 f"only {k} of {n} repeats name {limit}", "The limit moves between repeats: run longer windows.")
+
+
+def not_identified_advice(client_cpu_pct: float) -> str:
+    """What to do when no resource reached its limit, from the client's median CPU (% of a core):
+    "more clients" only for a client with CPU to spare. A threads client on a GIL build often sits
+    at one core with the machine's other core partly idle (the PostgreSQL example here: threads +
+    psycopg at 101% of a core, the machine at about 155% of 200%), where more clients add work to
+    a client already that busy."""
+    if not math.isnan(client_cpu_pct) and client_cpu_pct >= BUSY * 100.0:
+        return (f"No resource reached its limit by this check's rule, but the client ran {client_cpu_pct:.0f}% of a "
+                "core: more clients would add work to a client already that busy. The limit lies outside what is "
+                "measured (the interpreter lock and the hand-offs between threads, locks, the network, a server "
+                "elsewhere); compare the models' CPU per request (002-decide).")
+    return ("No resource was saturated: the load may be too light (more clients) or the limit is "
+            "outside what is measured (locks, the network, a server elsewhere).")
 
 
 def _decide_row(g: pd.DataFrame, pool: int) -> dict[str, Any]:
