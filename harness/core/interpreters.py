@@ -502,17 +502,17 @@ def _pip(py: str, args: list[str], log) -> str | None:
     the same requirements, pins and constraints, wheels only, in a few seconds where pip takes
     15-20 s for the client packages. When uv fails, pip runs the same install, so that the reason
     given is pip's, read below."""
+    def install(command: list[str]) -> subprocess.CompletedProcess[str]:
+        shown = len(command) - len(args) + 2   # the command and its first two arguments: the rest is long
+        log("$ " + " ".join(command[:shown]) + (" ..." if len(command) > shown else ""))
+        return subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=_clean_env())
+
     uv = _uv()
     if uv:
-        cmd = [uv, "pip", "install", "--python", py, "--only-binary", ":all:", *args]
-        log("$ " + " ".join(cmd[:9]) + (" ..." if len(cmd) > 9 else ""))
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=_clean_env())
-        if out.returncode == 0:
+        if install([uv, "pip", "install", "--python", py, "--only-binary", ":all:", *args]).returncode == 0:
             return None
         log("uv could not install it; pip tries, and says why if it cannot")
-    cmd = [py, "-m", "pip", "install", "--only-binary=:all:", "--no-input", *args]
-    log("$ " + " ".join(cmd[:8]) + (" ..." if len(cmd) > 8 else ""))
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=_clean_env())
+    out = install([py, "-m", "pip", "install", "--only-binary=:all:", "--no-input", *args])
     if out.returncode == 0:
         return None
     text = out.stdout + "\n" + out.stderr

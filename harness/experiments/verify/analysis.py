@@ -237,9 +237,9 @@ def _limit_row(g: pd.DataFrame, subject: str, pools: list[int], production: int 
                     why, "Run more repeats.")
     reason = "; ".join(g.loc[g["limit"] == limit, "limit_reason"].head(1))
     if limit == "not identified" and k / n >= LIMIT_AGREEMENT:
-        cpu = g.loc[g["limit"] == limit, "cpu_pct"] if "cpu_pct" in g else pd.Series(dtype=float)
+        client_cpu = float(g.loc[g["limit"] == limit, "cpu_pct"].median())   # NaN when never measured
         return _row("002-limit", subject, FAIL, f"limit: {limit}", "share of repeats", iv, threshold, reason,
-                    not_identified_advice(float(cpu.median()) if cpu.notna().any() else math.nan))
+                    not_identified_advice(client_cpu))
     if k / n >= LIMIT_AGREEMENT:
         return _row("002-limit", subject, PASS, f"limit: {limit}", "share of repeats", iv, threshold,
                     f"{k} of {n} repeats: {reason}", f"The limiting resource is {limit}.")
