@@ -377,7 +377,8 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
     """A lesson's primary row pooled across boots (`pooling.pooled_lessons`, one row of its frame):
     the pooled estimate with the 90% prediction interval for a new run, and how many runs agree."""
     if p is None or not p.get("k"):
-        return "— (no committed run of these versions gives an interval)"
+        why = p.get("pi_reason") if p is not None else None
+        return f"— ({why or 'no committed run of these versions gives an interval'})"
     if not p.get("pooled"):
         return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
     text = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over {p['k']} boots"

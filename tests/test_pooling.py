@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from harness import findings
 from harness.core import pooling, stats, verdicts
 from harness.core.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
 
@@ -418,8 +419,11 @@ def test_a_newest_run_without_an_interval_is_not_replaced_by_older_runs_of_other
             pooling.RunRecord("20261201T010000Z-full-bbbb", "boot-2", _summary("b", 8.0), {"mongo_pool": "v1"}),
             pooling.RunRecord("20261203T000000Z-full-cccc", "boot-3", unmet, {"mongo_pool": "v2"})]
     r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
-    assert r["k"] == 0 and r["dropped_other_key"] == 2 and "newest run" in r["pi_reason"]
+    assert r["k"] == 0 and r["dropped_other_key"] == 2 and "nothing to pool" in r["pi_reason"]
     assert "20261203T000000Z-full-cccc" in r["not_poolable"]
+    # the reader is told why nothing pools: what the runs of that key said
+    assert r["pi_reason"].endswith("premise not met in 1 of the 1 runs of these experiment versions and rules (1 boot)")
+    assert "premise not met in 1 of the 1 runs" in findings.pooled_text(r)
     older = pooled_lessons(runs[:2], ["001-pool-13"]).iloc[0]
     assert older["k"] == 2 and older["pooled"]       # without the newer run, the two pool as before
 
@@ -443,3 +447,20 @@ def test_history_prints_two_boots_without_a_range_and_three_with_one():
     (line,) = history.pooled_lines(three)
     assert "over 3 boots" in line and "a new run: " in line and "nan" not in line
     assert line.endswith("size not reproduced, 3 of 3 runs agree")
+
+
+def test_a_lesson_no_run_gives_an_interval_for_says_what_its_runs_said():
+    reason = pooling.no_interval_reason([("boot-1", "premise not met"), ("boot-1", "premise not met"),
+                                         ("boot-2", "premise not met"), ("boot-3", "not measured")])
+    assert reason == ("nothing to pool: premise not met in 3, not measured in 1 of the 4 runs of these "
+                      "experiment versions and rules (3 boots)")
+    assert pooling.no_interval_reason([]) == "no run of the newest run's key gives an interval for this row"
+
+
+def test_an_arithmetic_mean_interval_is_not_pooled_on_the_log_scale():
+    """A repeat that gave zero leaves the figure an arithmetic mean with a linear t-interval (001-cursor-07
+    in 91e7: 0.089 [0.005, 0.172]); read as a log interval it would get a wrong standard error."""
+    s = _summary("a", 0.0886)
+    s["claims"][0].update(method="arithmetic mean, t-interval", ci_low=0.005, ci_high=0.172, ci_level=0.95)
+    with pytest.raises(NotPoolable, match="arithmetic-mean"):
+        lesson_inputs(s, "001-pool-13")

@@ -43,9 +43,11 @@ read as `harness.core.store.upgrade_summary` reads them). Absolute rows (a figur
 number, e.g. the longest stall in ms against 10 ms, or a plain figure) pool the same way, on the log
 of the figure, since the figure is positive (a geometric mean). Rows that give no such interval are
 not poolable (`NotPoolable`, with the reason): a row judged on counts (the sign test: median, no
-interval on the figure), fewer than 2 repeats, a zero-width interval (every repeat equal: it would
-get infinite weight), an equivalence row with a zero among its repeats (its interval rests on fewer
-repeats than `n_used`), a row not measured, a premise not met.
+interval on the figure), an arithmetic-mean interval (a repeat gave zero, so the figure has no
+geometric mean and its interval is not on the log scale), fewer than 2 repeats, a zero-width
+interval (every repeat equal: it would get infinite weight), an equivalence row with a zero among
+its repeats (its interval rests on fewer repeats than `n_used`), a row not measured, a premise not
+met.
 
 Which runs pool (`pooled_lessons`). For each ledger row: runs that measured it (a row `not measured
 in this run` is not counted at all) with a boot id (a run without one cannot be told apart from
@@ -316,6 +318,8 @@ def row_input(summary: Mapping[str, Any], claim_id: str) -> RowInput:
         raise NotPoolable(f"judged on counts (sign test): a median with no interval on the figure {why}", verdict)
     if lo is None or hi is None:
         raise NotPoolable(f"no interval {why}" + (f": {n} repeat" if n < 2 else ""), verdict)
+    if method.startswith("arithmetic"):     # a zero among the repeats: no geometric mean, no log interval
+        raise NotPoolable(f"an arithmetic-mean interval, not one on the log scale {why}", verdict)
     if not (est > 0 and lo > 0 and hi > 0):
         raise NotPoolable(f"estimate or interval not positive: no log {why}", verdict)
     if n < 2:
@@ -552,6 +556,20 @@ def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: It
     return pd.DataFrame(out, columns=list(COLUMNS))
 
 
+def no_interval_reason(runs: Sequence[tuple[str | None, Any]]) -> str:
+    """Why a lesson pools nothing: the newest run's key has runs (boot id, verdict), none of which
+    gives an interval; their verdicts counted, so a reader sees e.g. a premise no run met."""
+    if not runs:
+        return "no run of the newest run's key gives an interval for this row"
+    counts: dict[str, int] = {}
+    for _boot, verdict in runs:
+        counts[str(verdict or "no verdict")] = counts.get(str(verdict or "no verdict"), 0) + 1
+    said = ", ".join(f"{word} in {c}" for word, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+    boots = len({b for b, _v in runs})
+    return (f"nothing to pool: {said} of the {len(runs)} runs of these experiment versions and rules "
+            f"({boots} boot{'s' if boots != 1 else ''})")
+
+
 def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, level: float) -> dict[str, Any]:
     rec: dict[str, Any] = {c: None for c in COLUMNS}
     rec.update(claim_id=claim_id, k=0, runs=(), pooled=False, verdicts={}, per_run=[], dropped_same_boot=0,
@@ -587,7 +605,8 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     rec["dropped_other_key"] = len(usable) - len(same)
     rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
     if not same:
-        rec["pi_reason"] = "no run of the newest run's key gives an interval for this row"
+        rec["pi_reason"] = no_interval_reason([(r.boot_id, row.get("verdict")) for r, row, _why in failed
+                                               if _key(r, row, match) == key])
         return rec
     by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}
     for u in same:              # oldest first: the latest run of each boot stays

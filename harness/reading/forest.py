@@ -42,6 +42,10 @@ def draw(ax: Any, pooled: Mapping[str, Any] | None, row: Mapping[str, Any] | Non
     if not runs:
         ax.text(0.5, 0.5, "no run gives an interval", ha="center", va="center", fontsize=8, color="0.4",
                 transform=ax.transAxes)
+        why = str((pooled or {}).get("pi_reason") or "")
+        if why:     # e.g. a premise no run met: the reader sees why the plot is empty
+            ax.text(0.5, 0.3, textwrap.fill(why, 60), ha="center", va="center", fontsize=6, color="0.4",
+                    transform=ax.transAxes)
         ax.set_axis_off()
         return
     labels = []
