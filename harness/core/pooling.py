@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -561,10 +562,8 @@ def no_interval_reason(runs: Sequence[tuple[str | None, Any]]) -> str:
     gives an interval; their verdicts counted, so a reader sees e.g. a premise no run met."""
     if not runs:
         return "no run of the newest run's key gives an interval for this row"
-    counts: dict[str, int] = {}
-    for _boot, verdict in runs:
-        counts[str(verdict or "no verdict")] = counts.get(str(verdict or "no verdict"), 0) + 1
-    said = ", ".join(f"{word} in {c}" for word, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+    counts = Counter(str(verdict or "no verdict") for _boot, verdict in runs)
+    said = ", ".join(f"{word} in {c}" for word, c in counts.most_common())
     boots = len({b for b, _v in runs})
     return (f"nothing to pool: {said} of the {len(runs)} runs of these experiment versions and rules "
             f"({boots} boot{'s' if boots != 1 else ''})")
@@ -603,10 +602,10 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     rec["comparison"] = newest_row.get("comparison")
     same = [u for u in usable if _key(u[0], u[1], match) == key]
     rec["dropped_other_key"] = len(usable) - len(same)
-    rec["not_poolable"] = {r.run_id: why for r, row, why in failed if _key(r, row, match) == key}
+    failed_same = [(r, row, why) for r, row, why in failed if _key(r, row, match) == key]
+    rec["not_poolable"] = {r.run_id: why for r, _row, why in failed_same}
     if not same:
-        rec["pi_reason"] = no_interval_reason([(r.boot_id, row.get("verdict")) for r, row, _why in failed
-                                               if _key(r, row, match) == key])
+        rec["pi_reason"] = no_interval_reason([(r.boot_id, row.get("verdict")) for r, row, _why in failed_same])
         return rec
     by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}
     for u in same:              # oldest first: the latest run of each boot stays
