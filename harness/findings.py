@@ -381,7 +381,8 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
         return f"— ({why or 'no committed run of these versions gives an interval'})"
     if not p.get("pooled"):
         return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
-    text = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over {p['k']} boots"
+    text = (f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over "
+            f"{pooling.over(p['k'], p.get('n_runs'))}")
     if p.get("verdict") == TOO_FEW_BOOTS:
         return f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; {p['agree_text']}"
     if p.get("pi_low") is not None:
@@ -393,7 +394,7 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
 
 def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT) -> dict[str, Mapping[str, Any]]:
     """Each lesson's primary row pooled over the committed runs (data/reference and data/history) of
-    the newest run's experiment versions and rules, one run per boot (`pooling.pooled_lessons`)."""
+    the newest run's experiment versions and rules, each boot once (`pooling.pooled_lessons`)."""
     frame = pooling.pooled_lessons(pooling.committed_runs(root), [lesson.claims[0] for lesson in lessons])
     return {str(r["claim_id"]): r for r in frame.to_dict("records")}
 
@@ -431,9 +432,9 @@ TERMS = (
     "the band is held against; the second (\"at the verdict's\" level, one per row) is the same interval at "
     "the level at which Holm's adjustment decided that row: a verdict is decisive only when that interval clears "
     "the null (or, for an equivalence row, lies inside its margin). "
-    "*Across boots*: the committed runs of the same experiment versions, one per boot, pooled by a "
-    "random-effects meta-analysis (METHODS); the prediction interval is where a new run on a machine of "
-    "this kind should land."
+    "*Across boots*: the committed runs of the same experiment versions, pooled by a random-effects "
+    "meta-analysis in which the runs of one boot make one estimate (METHODS); the prediction interval is "
+    "where a new run on a machine of this kind should land."
 )
 
 PG_MODELS = (("threads_psycopg", "threads + psycopg"), ("asyncio_psycopg", "asyncio + psycopg"),

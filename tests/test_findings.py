@@ -226,6 +226,9 @@ def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
              "verdict": "reproduced", "agree_text": "3 of 3 runs agree"}
     assert findings.pooled_text(three) == ("2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9 (90% prediction); "
                                           "**reproduced**, 3 of 3 runs agree")
+    # runs of one boot count once: the text says both counts
+    assert findings.pooled_text({**three, "n_runs": 5, "agree_text": "5 of 5 runs agree"}).startswith(
+        "2.5 [2.1, 3] over 5 runs on 3 boots; a new run:")
     two = {**three, "k": 2, "pi_low": None, "pi_reason": "a prediction interval needs 3 runs"}
     assert "no prediction interval (a prediction interval needs 3 runs)" in findings.pooled_text(two)
     # two boots: no verdict across them (harness.core.pooling.MIN_FOR_VERDICT), each run's own said instead

@@ -113,7 +113,7 @@ def test_two_runs_give_no_prediction_interval_and_say_why():
     r = pool(np.log([7.85, 11.0]), [0.03, 0.05], ["1f2a", "7af0"])
     assert r.pooled and r.k == 2
     assert r.log_pi is None and r.pi is None
-    assert "at least 3" in r.pi_reason and "2 runs" in r.pi_reason
+    assert "at least 3" in r.pi_reason and "2 boots" in r.pi_reason
     assert r.ci[0] < 7.85 < 11.0 < r.ci[1]
 
 
@@ -213,7 +213,7 @@ def _summary(run_id: str, ratio: float, sd: float = 0.05, version: int = 2, verd
     return {"summary_version": version, "run_id": run_id, "claims": [row]}
 
 
-def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
+def test_pooled_lessons_pools_the_runs_of_one_version_and_rules_each_boot_once():
     runs = [
         pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", _summary("a", 17.0), {"mongo_pool": "v1"}),
         pooling.RunRecord("20261201T010000Z-full-bbbb", "boot-1", _summary("b", 16.0), {"mongo_pool": "v1"}),
@@ -229,9 +229,11 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     runs[-1].summary["claims"][0]["estimate"] = None
     df = pooled_lessons(runs, ["001-pool-13", "no-such-row"])
     r = df.iloc[0]
-    assert r["runs"] == ("20261201T010000Z-full-bbbb", "20261201T020000Z-full-cccc", "20261201T030000Z-full-dddd")
-    assert r["k"] == 3 and r["pooled"] and r["pi_low"] is not None
-    assert r["dropped_same_boot"] == 1             # a: boot-1's earlier run
+    assert r["runs"] == ("20261201T000000Z-full-aaaa", "20261201T010000Z-full-bbbb", "20261201T020000Z-full-cccc",
+                         "20261201T030000Z-full-dddd")
+    # boot-1's two runs make one estimate: three boots, four runs
+    assert r["k"] == 3 and r["n_runs"] == 4 and r["pooled"] and r["pi_low"] is not None
+    assert r["dropped_same_boot"] == 0 and r["run_df"] == 1
     assert r["dropped_other_key"] == 2             # e: another experiment version; g: the quick profile
     assert r["dropped_no_boot"] == 1               # f
     assert r["key"] == ("full", 2, "{mongo_pool.bare.max_ms}", "{mongo_pool.semaphore.max_ms}",
@@ -239,15 +241,92 @@ def test_pooled_lessons_keeps_one_run_per_boot_of_one_version_and_rules():
     # the pooled interval, judged by the band rule, lies below the band: size not reproduced, which each
     # run's `direction only` (the word before issue 35) covered; the runs' own word is said beside it
     assert r["verdict"] == "size not reproduced"
-    assert r["agree_text"] == "3 of 3 runs agree (bbbb, cccc, dddd: direction only)" and r["disagreement"] == ""
-    assert [p["run_id"][-4:] for p in r["per_run"]] == ["bbbb", "cccc", "dddd"]
+    assert r["agree_text"] == "4 of 4 runs agree (aaaa, bbbb, cccc, dddd: direction only)" and r["disagreement"] == ""
+    assert [p["run_id"][-4:] for p in r["per_run"]] == ["aaaa", "bbbb", "cccc", "dddd"]
     assert sum(p["weight"] for p in r["per_run"]) == pytest.approx(1.0)
+    weights = [p["weight"] for p in r["per_run"]]
+    assert weights[0] == pytest.approx(weights[1])      # a boot's weight split evenly between its runs
     assert r["tau2"] > 0 and r["pi_high"] - r["pi_low"] > r["ci_high"] - r["ci_low"]
     empty = df.iloc[1]
     assert empty["k"] == 0 and pd.isna(empty["estimate"]) and "no run" in empty["pi_reason"]
     # by rules only, the other version pools too; plain (run_id, boot_id, summary) tuples are accepted
     loose = pooled_lessons([(r.run_id, r.boot_id, r.summary) for r in runs], ["001-pool-13"], match="rules")
-    assert loose.iloc[0]["k"] == 4
+    assert loose.iloc[0]["k"] == 4 and loose.iloc[0]["n_runs"] == 5
+
+
+# -- runs of one boot ------------------------------------------------------------------------------
+
+def test_the_spread_between_runs_of_a_boot_is_found_beyond_their_own_noise():
+    """Simulated: 400 boots of 3 runs, each run's estimate = its boot's value + a run effect (sd 0.10)
+    + its repeats' error (se 0.05). The moment estimator recovers sigma_run, not sigma_run plus the
+    repeats' noise, and not the boots' spread."""
+    rng = np.random.default_rng(7)
+    boots = []
+    for _ in range(400):
+        boot = rng.normal(0.0, 0.5)
+        boots.append([(boot + rng.normal(0, 0.10) + rng.normal(0, 0.05), 0.05) for _ in range(3)])
+    sigma2, df = pooling.within_boot_variance(boots)
+    assert df == 800
+    assert math.sqrt(sigma2) == pytest.approx(0.10, rel=0.08)
+    # runs that agree within their own noise: no spread between them (truncated at 0, never negative)
+    quiet = [[(rng.normal(0, 0.05), 0.05) for _ in range(2)] for _ in range(200)]
+    assert pooling.within_boot_variance(quiet)[0] < 0.02 ** 2
+    assert pooling.within_boot_variance([[(0.0, 0.1), (0.0, 0.1)]]) == (0.0, 1)
+    # one run per boot: nothing to estimate it from
+    assert pooling.within_boot_variance([[(0.1, 0.05)], [(0.3, 0.05)]]) == (0.0, 0)
+
+
+def test_a_boots_estimate_is_its_runs_plain_mean_with_both_levels_in_its_standard_error():
+    y, se = pooling.boot_mean([(math.log(10.0), 0.02), (math.log(20.0), 0.20)], sigma2_run=0.01)
+    assert y == pytest.approx((math.log(10.0) + math.log(20.0)) / 2)     # not pulled to the precise run
+    assert se == pytest.approx(math.sqrt(0.01 + 0.02 ** 2 + 0.01 + 0.20 ** 2) / 2)
+    assert pooling.boot_mean([(0.5, 0.1)], 0.04) == pytest.approx((0.5, math.sqrt(0.04 + 0.01)))
+    with pytest.raises(ValueError):
+        pooling.boot_mean([], 0.0)
+
+
+def _nested(spec):
+    """RunRecords from (letter, ratio, boot) triples, one version, hours apart in the given order."""
+    return [pooling.RunRecord(f"20261201T{i:02d}0000Z-full-{c * 4}", f"boot-{b}", _summary(c, ratio, sd=0.03),
+                              {"mongo_pool": "v1"}) for i, (c, ratio, b) in enumerate(spec)]
+
+
+def test_one_run_more_on_a_boot_moves_its_estimate_not_the_boots_count():
+    """Before 5 December the newest run of a boot replaced its older ones: a run on a boot already
+    pooled swapped that boot's figure wholesale. Now it joins its boot's mean."""
+    base = _nested([("a", 10.0, 1), ("b", 14.0, 2), ("c", 20.0, 3)])
+    more = base + [pooling.RunRecord("20261201T090000Z-full-dddd", "boot-3", _summary("d", 30.0, sd=0.03),
+                                     {"mongo_pool": "v1"})]
+    before = pooled_lessons(base, ["001-pool-13"]).iloc[0]
+    after = pooled_lessons(more, ["001-pool-13"]).iloc[0]
+    assert (before["k"], before["n_runs"], after["k"], after["n_runs"]) == (3, 3, 3, 4)
+    assert before["run_df"] == 0 and before["sigma2_run"] == 0.0
+    # boot 3's estimate is now the mean of 20 and 30 (log scale), not 30
+    boot3 = math.exp((math.log(20.0) + math.log(30.0)) / 2)
+    assert after["estimate"] == pytest.approx(math.exp((math.log(10) + math.log(14) + math.log(boot3)) / 3), rel=0.03)
+    # the two runs of boot 3 differ far beyond their own noise: sigma_run ~ |log(30/20)| / sqrt(2)
+    assert after["run_df"] == 1 and math.sqrt(after["sigma2_run"]) == pytest.approx(math.log(1.5) / math.sqrt(2),
+                                                                                    rel=0.1)
+    assert "runs of one boot spread" in " ".join(after["notes"])
+    # and a new run's range widens by it
+    assert after["log_pi_high"] - after["log_pi_low"] > after["log_ci_high"] - after["log_ci_low"]
+
+
+def test_with_one_run_per_boot_the_pooling_is_the_one_run_per_boot_model():
+    runs = _nested([("a", 10.0, 1), ("b", 14.0, 2), ("c", 20.0, 3)])
+    r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
+    inputs = [lesson_inputs(x.summary, "001-pool-13") for x in runs]
+    plain = pool([y for y, _ in inputs], [s for _, s in inputs])
+    assert r["log_estimate"] == pytest.approx(plain.log_estimate, rel=1e-12)
+    assert (r["log_ci_low"], r["log_ci_high"]) == pytest.approx(plain.log_ci, rel=1e-12)
+    assert (r["log_pi_low"], r["log_pi_high"]) == pytest.approx(plain.log_pi, rel=1e-12)
+
+
+def test_one_boot_of_several_runs_shows_its_newest_run():
+    runs = _nested([("a", 10.0, 1), ("b", 14.0, 1)])
+    r = pooled_lessons(runs, ["001-pool-13"]).iloc[0]
+    assert r["k"] == 1 and not r["pooled"] and r["runs"] == ("20261201T010000Z-full-bbbb",)
+    assert r["dropped_same_boot"] == 1 and r["estimate"] == pytest.approx(14.0, rel=0.05)
 
 
 def _runs(*words: str) -> dict[str, str]:

@@ -62,8 +62,20 @@ and with `match="version"` (the default) the experiment versions (`manifest.json
 row reads; a run whose manifest records no versions keys as unknown and pools only with such runs.
 `match="rules"` drops the experiment versions from the key; `match="profile"` drops the rules too
 (for information only: it pools 95% and 90% rows, each at its own level, and verdicts judged by
-different rules). Then one run per boot (the manifest's `environment.machine.boot_id`): the latest,
-the others counted as dropped.
+different rules).
+
+Runs of one boot (the manifest's `environment.machine.boot_id`) are not independent: they share the
+machine of that boot, a few hours apart. So the runs pool in two levels, repeats within runs within
+boots (Kalibera and Jones's levels): the runs of a boot make one estimate, the plain mean of their
+log estimates (`boot_mean`), and the boots' estimates pool as above; a boot of m runs counts once, its
+standard error sqrt(sum_j (sigma^2_run + se_j^2)) / m. sigma^2_run, how far runs of one boot spread
+beyond their own repeats' noise, is estimated by moments from the boots with two runs or more
+(`within_boot_variance`), and the prediction interval for one new run adds it to tau^2 (between
+boots). Where every boot has one run, sigma^2_run is 0 with no degrees of freedom and the pooling is
+the one-run-per-boot model exactly. (Until 5 December the newest run of each boot stood for it, and a
+new run on a boot replaced its older runs wholesale: one run more on boot 12909d7e moved 001-bulk's
+pooled verdict from `size not reproduced` to `reproduced`.) With one boot only, its newest run is
+shown as that run.
 
 A verdict across runs (`pooled_verdict`), from three runs (`MIN_FOR_VERDICT`, three boots) on: the
 single run's band rule (harness.claims) applied to the pooled 90% interval: the interval wholly on
@@ -183,11 +195,15 @@ class Pooled:
 
 
 def pool(estimates: Sequence[float], std_errors: Sequence[float], labels: Sequence[str] | None = None, *,
-         method: str = "pm", level: float = LEVEL, dfs: Sequence[float] | None = None) -> Pooled:
-    """The random-effects pooled estimate of `estimates` (log scale, one per run) with standard errors
+         method: str = "pm", level: float = LEVEL, dfs: Sequence[float] | None = None,
+         new_run_var: float = 0.0) -> Pooled:
+    """The random-effects pooled estimate of `estimates` (log scale, one per boot) with standard errors
     `std_errors` (the module docstring): estimate, interval at `level`, tau^2, I^2, Q and the
     prediction interval for one new run. `method`: "pm" (Paule-Mandel) or "dl" (DerSimonian-Laird).
     `dfs` (optional, one per run: n - 1) only serves k = 1, to give that run's own t-interval.
+    `new_run_var`: what one new run adds to the spread of a new boot's estimate (the between-run
+    variance within a boot, `within_boot_variance`; 0 when each estimate is one run's): the
+    prediction interval is for one run, not for a boot's mean of several.
     ValueError for mismatched lengths, no run, a non-finite figure or a standard error <= 0."""
     y = np.asarray(estimates, dtype=float)
     se = np.asarray(std_errors, dtype=float)
@@ -241,10 +257,10 @@ def pool(estimates: Sequence[float], std_errors: Sequence[float], labels: Sequen
     pi: tuple[float, float] | None = None
     reason = ""
     if k >= MIN_FOR_PI:
-        half = float(sps.t.ppf(tail, k - 2)) * math.sqrt(tau2 + se_mu ** 2)
+        half = float(sps.t.ppf(tail, k - 2)) * math.sqrt(tau2 + max(new_run_var, 0.0) + se_mu ** 2)
         pi = (mu - half, mu + half)
     else:
-        reason = (f"{k} runs: a prediction interval needs at least {MIN_FOR_PI} "
+        reason = (f"{k} boots: a prediction interval needs at least {MIN_FOR_PI} "
                   f"(Student t with k - 2 degrees of freedom)")
     return Pooled(k=k, labels=names, log_estimates=tuple(map(float, y)), std_errors=tuple(map(float, se)),
                   log_estimate=mu, log_se=se_mu, log_ci=ci, level=level, method=METHODS[method], pooled=True,
@@ -269,6 +285,49 @@ def _solve_pm(y: np.ndarray, v: np.ndarray) -> float:
     while _q_gen(y, v, high) > target:
         high *= 2
     return float(brentq(lambda t: _q_gen(y, v, t) - target, 0.0, high, xtol=1e-14, rtol=1e-12))
+
+
+# -- runs of one boot --------------------------------------------------------------------------------
+
+def within_boot_variance(boots: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, int]:
+    """sigma^2_run: how far runs of one boot (hours apart) spread beyond their own repeats' noise, on
+    the log scale, with its degrees of freedom: (estimate, sum(m_b - 1)). `boots`: per boot, its runs'
+    (log estimate, standard error).
+
+    By moments over the boots with two runs or more, as Kalibera and Jones estimate each level's
+    variance (the level's observed spread less what the level below contributes): a boot's m runs,
+    each y_bj = its boot's value + e_bj (variance sigma^2) + its repeats' error (variance se_bj^2),
+    have E[sum_j (y_bj - mean_b)^2] = (m - 1) sigma^2 + (1 - 1/m) sum_j se_bj^2. Summed over boots
+    and solved for sigma^2; truncated at 0 (the runs agree within their own noise). (0.0, 0) when no
+    boot has two runs: then nothing tells runs of a boot apart from boots, and the pooling is the
+    one-run-per-boot model."""
+    spread = own = 0.0
+    df = 0
+    for runs in boots:
+        m = len(runs)
+        if m < 2:
+            continue
+        y = np.array([r[0] for r in runs], dtype=float)
+        se = np.array([r[1] for r in runs], dtype=float)
+        spread += float(np.sum((y - y.mean()) ** 2))
+        own += (1 - 1 / m) * float(np.sum(se ** 2))
+        df += m - 1
+    if df == 0:
+        return 0.0, 0
+    return max(0.0, (spread - own) / df), df
+
+
+def boot_mean(runs: Sequence[tuple[float, float]], sigma2_run: float) -> tuple[float, float]:
+    """A boot's estimate from its runs' (log estimate, standard error): their plain mean (runs of one
+    boot are equals: weighting by their own precision would let the luckiest hour dominate), and its
+    standard error sqrt(sum_j (sigma^2_run + se_j^2)) / m. One run: that run, with sigma^2_run added
+    to its variance, so every boot's standard error holds the same two levels."""
+    m = len(runs)
+    if m == 0:
+        raise ValueError("a boot with no run")
+    y = float(np.mean([r[0] for r in runs]))
+    var = sum(sigma2_run + r[1] ** 2 for r in runs) / m ** 2
+    return y, math.sqrt(var)
 
 
 # -- one run's contribution ------------------------------------------------------------------------
@@ -408,6 +467,13 @@ def agreement(verdict: str, run_verdicts: Mapping[str, str]) -> tuple[int, str]:
     return len(agreeing), text
 
 
+def over(k: int, n_runs: int | None) -> str:
+    """What a pooled figure rests on, as the reader's texts say it: "3 boots", or "7 runs on 3 boots"
+    where some boot has more than one run (they count once: the module docstring)."""
+    boots = f"{k} boot{'s' if k != 1 else ''}"
+    return boots if not n_runs or n_runs == k else f"{n_runs} runs on {boots}"
+
+
 def each_run(verdicts: Mapping[str, str]) -> str:
     """Each run's own verdict, where runs are too few for one across them: "each run: aaaa
     reproduced; bbbb size not reproduced", or "both runs: reproduced" when the two say the same."""
@@ -524,10 +590,11 @@ def short_id(run_id: str) -> str:
     return run_id.rsplit("-", 1)[-1]
 
 
-COLUMNS = ("claim_id", "comparison", "k", "runs", "estimate", "ci_low", "ci_high", "ci_level", "pi_low", "pi_high",
-           "pi_reason", "tau2", "i2", "q", "log_estimate", "log_se", "log_ci_low", "log_ci_high", "log_pi_low",
-           "log_pi_high", "method", "pooled", "verdict", "agree", "agree_text", "verdicts", "disagreement",
-           "per_run", "key", "dropped_same_boot", "dropped_other_key", "dropped_no_boot", "not_poolable", "notes")
+COLUMNS = ("claim_id", "comparison", "k", "n_runs", "runs", "estimate", "ci_low", "ci_high", "ci_level", "pi_low",
+           "pi_high", "pi_reason", "tau2", "i2", "q", "sigma2_run", "run_df", "log_estimate", "log_se",
+           "log_ci_low", "log_ci_high", "log_pi_low", "log_pi_high", "method", "pooled", "verdict", "agree",
+           "agree_text", "verdicts", "disagreement", "per_run", "key", "dropped_same_boot", "dropped_other_key",
+           "dropped_no_boot", "not_poolable", "notes")
 
 
 def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: Iterable[str], *,
@@ -536,18 +603,21 @@ def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: It
     over them, the pooled verdict and how many runs agree. `summaries`: RunRecords (`read_run`,
     `committed_runs`) or (run_id, boot_id, summary[, versions[, profile]]) tuples.
 
-    Columns (`COLUMNS`): claim_id, comparison, k, runs (run ids pooled, oldest first), estimate,
-    ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level), pi_low,
-    pi_high (None unless k >= 3), pi_reason, tau2, i2, q, their log-scale twins, method, pooled,
+    Columns (`COLUMNS`): claim_id, comparison, k (boots), n_runs, runs (run ids pooled, oldest first),
+    estimate, ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level),
+    pi_low, pi_high (None unless k >= 3), pi_reason, tau2 (between boots), i2, q (over the boots' estimates),
+    sigma2_run and run_df (between runs of one boot: `within_boot_variance`; None for k = 1), the
+    log-scale twins of the figures, method, pooled,
     verdict (k >= 3: `pooled_verdict`; k = 2: `TOO_FEW_BOOTS`; k = 1: the run's own), agree (runs whose
     verdict says what the pooled verdict says: `agreement`; None at k = 2), agree_text ("k of K runs
     agree", naming the runs of other words; at k = 2 each run's own verdict: `each_run`), verdicts
     (run id -> verdict), disagreement (a sentence naming the runs when they say different things,
     else ""), per_run (one dict per pooled run:
     run_id, boot_id, estimate, ci_low, ci_high, ci_level, log_estimate, std_error, n, verdict, weight:
-    for a forest plot), key (what the pooled runs share), dropped_same_boot, dropped_other_key,
-    dropped_no_boot (counts), not_poolable (run -> reason, for runs of the key whose row gives no
-    interval), notes."""
+    for a forest plot; a run's weight is its boot's, split evenly between the boot's runs), key (what
+    the pooled runs share), dropped_same_boot (k = 1 only: the boot's older runs, the newest shown),
+    dropped_other_key, dropped_no_boot (counts), not_poolable (run -> reason, for runs of the key whose
+    row gives no interval), notes."""
     if match not in MATCHES:
         raise ValueError(f"match must be one of {', '.join(MATCHES)}, got {match!r}")
     runs = sorted((_as_record(x) for x in summaries), key=lambda r: r.run_id)
@@ -571,8 +641,9 @@ def no_interval_reason(runs: Sequence[tuple[str | None, Any]]) -> str:
 
 def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, level: float) -> dict[str, Any]:
     rec: dict[str, Any] = {c: None for c in COLUMNS}
-    rec.update(claim_id=claim_id, k=0, runs=(), pooled=False, verdicts={}, per_run=[], dropped_same_boot=0,
-               dropped_other_key=0, dropped_no_boot=0, not_poolable={}, notes=(), disagreement="", pi_reason="")
+    rec.update(claim_id=claim_id, k=0, n_runs=0, runs=(), pooled=False, verdicts={}, per_run=[],
+               dropped_same_boot=0, dropped_other_key=0, dropped_no_boot=0, not_poolable={}, notes=(),
+               disagreement="", pi_reason="")
     usable: list[tuple[RunRecord, Mapping[str, Any], RowInput]] = []
     failed: list[tuple[RunRecord, Mapping[str, Any], str]] = []
     newest: tuple[RunRecord, Mapping[str, Any]] | None = None
@@ -607,15 +678,27 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     if not same:
         rec["pi_reason"] = no_interval_reason([(r.boot_id, row.get("verdict")) for r, row, _why in failed_same])
         return rec
-    by_boot: dict[str, tuple[RunRecord, Mapping[str, Any], RowInput]] = {}
-    for u in same:              # oldest first: the latest run of each boot stays
-        by_boot[str(u[0].boot_id)] = u
-    chosen = sorted(by_boot.values(), key=lambda u: u[0].run_id)
-    rec["dropped_same_boot"] = len(same) - len(chosen)
+    by_boot: dict[str, list[tuple[RunRecord, Mapping[str, Any], RowInput]]] = {}
+    for u in same:              # oldest first, within each boot too
+        by_boot.setdefault(str(u[0].boot_id), []).append(u)
+    boots = sorted(by_boot.values(), key=lambda us: us[0][0].run_id)
+    if len(boots) == 1:         # one boot: its newest run, as that run (pooling needs two boots)
+        boots = [[boots[0][-1]]]
+        rec["dropped_same_boot"] = len(same) - 1
+    chosen = sorted((u for b in boots for u in b), key=lambda u: u[0].run_id)
     ids = [u[0].run_id for u in chosen]
-    labels = [short_id(i) for i in ids]
-    result = pool([u[2].log_estimate for u in chosen], [u[2].std_error for u in chosen], labels,
-                  method=method, level=level, dfs=[u[2].n - 1 for u in chosen])
+    if len(boots) == 1:
+        only = chosen[0][2]
+        result = pool([only.log_estimate], [only.std_error], [short_id(ids[0])], method=method, level=level,
+                      dfs=[only.n - 1])
+        sigma2_run, run_df = None, 0
+    else:
+        sigma2_run, run_df = within_boot_variance([[(u[2].log_estimate, u[2].std_error) for u in b]
+                                                   for b in boots])
+        means = [boot_mean([(u[2].log_estimate, u[2].std_error) for u in b], sigma2_run) for b in boots]
+        result = pool([m[0] for m in means], [m[1] for m in means],
+                      ["+".join(short_id(u[0].run_id) for u in b) for b in boots], method=method, level=level,
+                      new_run_var=sigma2_run)
     if not result.pooled:
         level_shown = chosen[0][2].level
         lo, hi = interval_from(result.log_estimate, result.log_se, chosen[0][2].n, level_shown)
@@ -631,22 +714,28 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
         agree, agree_text = agreement(verdict, verdicts)
     words = list(verdicts.values())
     if any(not says_the_same(a, b) for a in words for b in words):
-        rec["disagreement"] = ("single-run verdicts disagree across boots: "
+        rec["disagreement"] = ("single-run verdicts disagree: "
                                + "; ".join(f"{short_id(i)} {v} ({verdict_class(v)})" for i, v in verdicts.items()))
+    # a run's share of the pooled weight: its boot's, split evenly between the boot's runs (their plain mean)
+    run_weight = {u[0].run_id: w / len(b) for b, w in zip(boots, result.weights) for u in b}
     per_run = []
     for i, (run, _row, ri) in zip(ids, chosen):
         lo_i, hi_i = interval_from(ri.log_estimate, ri.std_error, ri.n, ri.level)
         per_run.append({"run_id": i, "boot_id": run.boot_id, "estimate": math.exp(ri.log_estimate),
                         "ci_low": lo_i, "ci_high": hi_i, "ci_level": ri.level, "log_estimate": ri.log_estimate,
-                        "std_error": ri.std_error, "n": ri.n, "verdict": ri.verdict})
-    for d, w in zip(per_run, result.weights):
-        d["weight"] = w
-    rec.update(k=result.k, runs=tuple(ids), estimate=math.exp(result.log_estimate), ci_low=math.exp(log_ci[0]),
-               ci_high=math.exp(log_ci[1]), ci_level=level_shown, tau2=result.tau2, i2=result.i2, q=result.q,
+                        "std_error": ri.std_error, "n": ri.n, "verdict": ri.verdict, "weight": run_weight[i]})
+    notes = tuple(result.notes)
+    if run_df:
+        notes += (f"runs of one boot spread by a factor of {math.exp(math.sqrt(sigma2_run or 0.0)):.3g} beyond "
+                  f"their own repeats (sigma_run {math.sqrt(sigma2_run or 0.0):.3g} on the log scale, from "
+                  f"{run_df} degree{'s' if run_df != 1 else ''} of freedom)",)
+    rec.update(k=result.k, n_runs=len(ids), runs=tuple(ids), estimate=math.exp(result.log_estimate),
+               ci_low=math.exp(log_ci[0]), ci_high=math.exp(log_ci[1]), ci_level=level_shown, tau2=result.tau2,
+               i2=result.i2, q=result.q, sigma2_run=sigma2_run, run_df=run_df,
                log_estimate=result.log_estimate, log_se=result.log_se, log_ci_low=log_ci[0], log_ci_high=log_ci[1],
                method=result.method, pooled=result.pooled, verdict=verdict, agree=agree,
                agree_text=agree_text, verdicts=verdicts, per_run=per_run,
-               pi_reason=result.pi_reason, notes=result.notes)
+               pi_reason=result.pi_reason, notes=notes)
     if result.log_pi is not None:
         rec.update(log_pi_low=result.log_pi[0], log_pi_high=result.log_pi[1], pi_low=math.exp(result.log_pi[0]),
                    pi_high=math.exp(result.log_pi[1]))

@@ -1,10 +1,10 @@
 """A lesson across boots, drawn: the forest plot of issue 34.
 
 One panel per lesson (`draw`): each pooled run's estimate with its interval over repeats (one line
-per run, oldest at the top), the pooled estimate as a diamond with its interval, the 90% prediction
-interval for a new run beneath it (from 3 boots), the seed's band shaded and the null (or the
-seed's threshold) dotted. The numbers are `harness.core.pooling.pooled_lessons`'s; nothing is
-computed here but positions.
+per run, oldest at the top; the runs of one boot count once in the pool), the pooled estimate as a
+diamond with its interval, the 90% prediction interval for a new run beneath it (from 3 boots), the
+seed's band shaded and the null (or the seed's threshold) dotted. The numbers are
+`harness.core.pooling.pooled_lessons`'s; nothing is computed here but positions.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..core import num
-from ..core.pooling import short_id
+from ..core.pooling import over, short_id
 
 RUN_COLOUR, POOLED_COLOUR, BAND_COLOUR = "0.25", "tab:blue", "tab:green"
 
@@ -58,7 +58,7 @@ def draw(ax: Any, pooled: Mapping[str, Any] | None, row: Mapping[str, Any] | Non
     if pooled and pooled.get("pooled"):
         est, lo, hi = pooled["estimate"], pooled["ci_low"], pooled["ci_high"]
         ax.fill([lo, est, hi, est], [y, y - 0.3, y, y + 0.3], color=POOLED_COLOUR)
-        labels.append(f"pooled, {pooled['k']} boots")
+        labels.append(f"pooled, {over(pooled['k'], pooled.get('n_runs'))}")
         y += 1
         if pooled.get("pi_low") is not None:
             ax.hlines(y, pooled["pi_low"], pooled["pi_high"], color=POOLED_COLOUR, lw=4, alpha=0.35)
@@ -80,4 +80,4 @@ def draw(ax: Any, pooled: Mapping[str, Any] | None, row: Mapping[str, Any] | Non
     verdict = (pooled or {}).get("verdict") or ""
     note = (f"{verdict}; {pooled['agree_text']}" if pooled and pooled.get("pooled")
             else "one run: its own interval")
-    ax.set_xlabel(note, fontsize=6)
+    ax.set_xlabel(textwrap.fill(note, 70), fontsize=6)    # "k of K runs agree (...)" names every other run

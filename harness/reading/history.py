@@ -128,14 +128,14 @@ def lessons_history_text(records: list[dict[str, Any]], pool_by: str = "version"
 
 def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
     """A lesson's row pooled across boots (harness.core.pooling: the runs of the newest run's
-    experiment versions and rules, one per boot), in one or two lines under its runs."""
+    experiment versions and rules, each boot once), in one or two lines under its runs."""
     if p is None or not p.get("k"):
         return [f"  pooled: {(p or {}).get('pi_reason') or 'no run gives an interval for this row'}"]
     if not p["pooled"]:
         return [f"  pooled: one run of these experiment versions and rules ({readout.clip(str(p['runs'][-1]), 40)}): "
                 f"its own interval stands; a pooled estimate needs runs from 2 boots, a prediction interval 3"]
-    head = (f"  pooled over {p['k']} boots: {num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, "
-            f"{num.sig3(p['ci_high'])}] ({p['ci_level']:.0%}); ")
+    head = (f"  pooled over {pooling.over(p['k'], p.get('n_runs'))}: {num.sig3(p['estimate'])} "
+            f"[{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] ({p['ci_level']:.0%}); ")
     i2 = f"I² {100 * (p['i2'] or 0):.0f}%"
     if p.get("verdict") == verdicts.TOO_FEW_BOOTS:   # two boots: an estimate, but no range for a new run
         head += (f"{i2}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT} boots; "
