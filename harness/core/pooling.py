@@ -682,23 +682,23 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
     for u in same:              # oldest first, within each boot too
         by_boot.setdefault(str(u[0].boot_id), []).append(u)
     boots = sorted(by_boot.values(), key=lambda us: us[0][0].run_id)
+    sigma2_run: float | None = None
+    run_df = 0
     if len(boots) == 1:         # one boot: its newest run, as that run (pooling needs two boots)
         boots = [[boots[0][-1]]]
         rec["dropped_same_boot"] = len(same) - 1
-    chosen = sorted((u for b in boots for u in b), key=lambda u: u[0].run_id)
-    ids = [u[0].run_id for u in chosen]
-    if len(boots) == 1:
-        only = chosen[0][2]
-        result = pool([only.log_estimate], [only.std_error], [short_id(ids[0])], method=method, level=level,
-                      dfs=[only.n - 1])
-        sigma2_run, run_df = None, 0
+        only = boots[0][0][2]
+        result = pool([only.log_estimate], [only.std_error], [short_id(boots[0][0][0].run_id)], method=method,
+                      level=level, dfs=[only.n - 1])
     else:
-        sigma2_run, run_df = within_boot_variance([[(u[2].log_estimate, u[2].std_error) for u in b]
-                                                   for b in boots])
-        means = [boot_mean([(u[2].log_estimate, u[2].std_error) for u in b], sigma2_run) for b in boots]
+        pairs = [[(u[2].log_estimate, u[2].std_error) for u in b] for b in boots]
+        sigma2_run, run_df = within_boot_variance(pairs)
+        means = [boot_mean(runs_of_boot, sigma2_run) for runs_of_boot in pairs]
         result = pool([m[0] for m in means], [m[1] for m in means],
                       ["+".join(short_id(u[0].run_id) for u in b) for b in boots], method=method, level=level,
                       new_run_var=sigma2_run)
+    chosen = sorted((u for b in boots for u in b), key=lambda u: u[0].run_id)
+    ids = [u[0].run_id for u in chosen]
     if not result.pooled:
         level_shown = chosen[0][2].level
         lo, hi = interval_from(result.log_estimate, result.log_se, chosen[0][2].n, level_shown)
@@ -725,10 +725,11 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
                         "ci_low": lo_i, "ci_high": hi_i, "ci_level": ri.level, "log_estimate": ri.log_estimate,
                         "std_error": ri.std_error, "n": ri.n, "verdict": ri.verdict, "weight": run_weight[i]})
     notes = tuple(result.notes)
-    if run_df:
-        notes += (f"runs of one boot spread by a factor of {math.exp(math.sqrt(sigma2_run or 0.0)):.3g} beyond "
-                  f"their own repeats (sigma_run {math.sqrt(sigma2_run or 0.0):.3g} on the log scale, from "
-                  f"{run_df} degree{'s' if run_df != 1 else ''} of freedom)",)
+    if sigma2_run is not None and run_df:
+        sigma_run = math.sqrt(sigma2_run)
+        notes += (f"runs of one boot spread by a factor of {math.exp(sigma_run):.3g} beyond their own repeats "
+                  f"(sigma_run {sigma_run:.3g} on the log scale, from {run_df} degree{'s' if run_df != 1 else ''} "
+                  "of freedom)",)
     rec.update(k=result.k, n_runs=len(ids), runs=tuple(ids), estimate=math.exp(result.log_estimate),
                ci_low=math.exp(log_ci[0]), ci_high=math.exp(log_ci[1]), ci_level=level_shown, tau2=result.tau2,
                i2=result.i2, q=result.q, sigma2_run=sigma2_run, run_df=run_df,
