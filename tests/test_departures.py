@@ -84,6 +84,7 @@ def test_every_postgres_window_has_the_gil_probe_beside_its_clients(factorial):
     assert (pg["gil_samples"] >= 5).all(), pg[["variant", "gil_samples"]]
     assert pg["gil_wait_ms"].map(math.isfinite).all() and pg["gil_floor_ms"].map(math.isfinite).all()
     assert (pg["gil_wait_p90_ms"] >= 0).all() and (pg["gil_floor_ms"] > 0).all()
+    assert pg["gil_found_held"].between(0, 1).all(), pg[["variant", "gil_found_held"]]
     assert mongo[list(analysis.GIL_FIGURES) + ["gil_floor_ms"]].isna().all().all()
     raw = factorial.table("departures", "gil", ok_only=False)
     assert set(raw["phase"]) == {"floor", "window"}
@@ -95,6 +96,7 @@ def test_every_postgres_window_has_the_gil_probe_beside_its_clients(factorial):
     assert set(gil["variant"]) == set(pg["variant"])
     table = analysis.gil_table(factorial)
     assert set(table["model"]) == set(pg["model"]) and (table["n_repeats"] == 1).all()
+    assert table["gil_found_held"].between(0, 1).all() and (table["client_cpu_pct"] > 0).all()
 
 
 def test_the_seed_ratios_come_from_the_ledger():

@@ -152,12 +152,15 @@ def test_the_gil_probe_waits_a_switch_interval_beside_a_spinning_thread_and_its_
     finally:
         stop.set()
         spinner.join()
-    spun = stats.gil_wait_summary([s[2] for s in gil.samples], [s[3] for s in gil.samples])
+    held_above_s = floor["gil_wait_p99_ms"] / 1e3
+    spun = stats.gil_wait_summary([s[2] for s in gil.samples], [s[3] for s in gil.samples], held_above_s)
     switch_ms = sys.getswitchinterval() * 1e3
     assert floor["gil_samples"] >= 10 and spun["gil_samples"] >= 10
     assert spun["gil_wait_ms"] >= 0.5 * switch_ms, (spun, floor)
     assert floor["gil_wait_ms"] < 0.2 * switch_ms, floor
     assert spun["gil_wait_ms"] > 10 * floor["gil_wait_ms"], (spun, floor)
+    # a thread that never lets go holds the lock all the time: (nearly) every wake-up finds it held
+    assert spun["gil_found_held"] >= 0.9, (spun, floor)
 
 
 def test_gil_probe_samples_in_a_window_and_as_rows():
@@ -185,3 +188,13 @@ def test_gil_wait_summary_takes_the_run_queue_out():
     assert got["gil_samples"] == 3
     assert got["gil_wait_ms"] == pytest.approx((2 + 2 + 0) / 3)         # a missing reading counts 0
     assert math.isnan(stats.gil_wait_summary([], [])["gil_wait_ms"])
+    assert math.isnan(got["gil_found_held"])                            # no threshold, no share
+
+
+def test_gil_found_held_counts_the_wake_ups_beyond_the_threshold():
+    late = [0.0001, 0.0002, 0.004, 0.006]
+    got = stats.gil_wait_summary(late, [0.0] * 4, held_above_s=0.0003)
+    assert got["gil_found_held"] == 0.5
+    assert stats.gil_wait_summary(late, [0.0] * 4, held_above_s=0.01)["gil_found_held"] == 0.0
+    # the run-queue wait is not the lock: a wake-up late only for want of a core is not counted
+    assert stats.gil_wait_summary(late, [0.0, 0.0, 0.0039, 0.0059], held_above_s=0.0003)["gil_found_held"] == 0.0

@@ -193,18 +193,27 @@ def fairness_summary(task_ids: Sequence[int] | np.ndarray, n_tasks: int) -> dict
     }
 
 
-def gil_wait_summary(late_s: Sequence[float] | np.ndarray, wait_s: Sequence[float] | np.ndarray) -> dict[str, float]:
+def gil_wait_summary(late_s: Sequence[float] | np.ndarray, wait_s: Sequence[float] | np.ndarray,
+                     held_above_s: float = math.nan) -> dict[str, float]:
     """A GIL probe's wake-ups (harness.core.probe.GilProbe) as figures: each wake-up's lateness net
     of its run-queue wait is its wait for the GIL plus the timer's latency; `gil_wait_ms` their
-    mean, `gil_wait_p90_ms` the 90th percentile, `gil_samples` how many. A wake-up without a
-    run-queue reading (no schedstat) counts its whole lateness."""
+    mean, `gil_wait_p90_ms` and `gil_wait_p99_ms` percentiles, `gil_samples` how many. A wake-up
+    without a run-queue reading (no schedstat) counts its whole lateness.
+
+    `gil_found_held`: the share of wake-ups that waited longer than `held_above_s` (the probe's floor's
+    99th percentile: longer than the timer alone makes it wait), NaN without it. The wake-ups are
+    exponential, so (Poisson arrivals see time averages) that share estimates the share of the time
+    another thread held the lock, less the holds too short to outlast the threshold."""
     late, wait = np.asarray(late_s, dtype=float), np.asarray(wait_s, dtype=float)
     net = late - np.where(np.isnan(wait), 0.0, wait)
     net = net[np.isfinite(net)]
     if not net.size:
-        return {"gil_wait_ms": math.nan, "gil_wait_p90_ms": math.nan, "gil_samples": 0}
-    return {"gil_wait_ms": float(net.mean()) * 1e3, "gil_wait_p90_ms": float(percentiles(net, [90.0])[0]) * 1e3,
-            "gil_samples": int(net.size)}
+        return {"gil_wait_ms": math.nan, "gil_wait_p90_ms": math.nan, "gil_wait_p99_ms": math.nan,
+                "gil_found_held": math.nan, "gil_samples": 0}
+    p90, p99 = percentiles(net, [90.0, 99.0])
+    held = float(np.mean(net > held_above_s)) if math.isfinite(held_above_s) else math.nan
+    return {"gil_wait_ms": float(net.mean()) * 1e3, "gil_wait_p90_ms": float(p90) * 1e3,
+            "gil_wait_p99_ms": float(p99) * 1e3, "gil_found_held": held, "gil_samples": int(net.size)}
 
 
 def median_relative_change(ratios: Sequence[float] | np.ndarray) -> float:

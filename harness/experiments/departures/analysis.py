@@ -9,7 +9,9 @@ Figures (contract C1; experiment `departures`):
   inside the window, net of their run-queue wait (`harness.core.probe.GilProbe`,
   `stats.gil_wait_summary`): how long a thread of the client waited to run Python again once it
   could. Shown, not judged: no seed gives it. The windows table has its 90th percentile, sample
-  count and the cell's floor (`gil_floor_ms`, the probe alone: the timer's latency);
+  count, the cell's floor (`gil_floor_ms`, the probe alone: the timer's latency) and
+  `gil_found_held`, the share of wake-ups that found the lock held (waited beyond the floor's 99th
+  percentile): an estimate of the share of the time another thread held it;
 - `departures.all.cpu_windows_rejected` per repeat: windows whose CPU readings do not fit the
   machine or the client's own cores (`window_cpu`); their CPU figures are NaN, so no CPU per request
   and no ratio comes from them;
@@ -103,27 +105,32 @@ def windows(run: Run) -> pd.DataFrame:
     return _with_gil(w, run.table(EXPERIMENT, "gil", ok_only=False))
 
 
-GIL_FIGURES = ("gil_wait_ms", "gil_wait_p90_ms", "gil_samples")
+GIL_FIGURES = ("gil_wait_ms", "gil_wait_p90_ms", "gil_found_held", "gil_samples")
+
+
+def _gil_summary(wake_ups: pd.DataFrame, held_above_s: float = math.nan) -> dict[str, float]:
+    return stats.gil_wait_summary(wake_ups["late_s"].to_numpy(float), wake_ups["wait_s"].to_numpy(float),
+                                  held_above_s)
 
 
 def _with_gil(w: pd.DataFrame, gil: pd.DataFrame) -> pd.DataFrame:
     """Each window's GIL probe figures (`stats.gil_wait_summary` of its wake-ups), and its cell's
     floor (`gil_floor_ms`: the probe alone before the models ran): NaN where the probe did not run
-    (MongoDB cells, runs recorded before it)."""
+    (MongoDB cells, runs recorded before it). `gil_found_held` counts the wake-ups that waited longer
+    than the floor's 99th percentile of the same cell and repeat (NaN without a floor)."""
     nan = dict.fromkeys((*GIL_FIGURES, "gil_floor_ms"), math.nan)
     if gil.empty:
         return w.assign(**nan)
-    figures, floors = {}, {}
-    for (repeat, variant, phase), g in gil.groupby(["repeat", "variant", "phase"], sort=False):
-        summary = stats.gil_wait_summary(g["late_s"].to_numpy(float), g["wait_s"].to_numpy(float))
-        if phase == "floor":
-            floors[(repeat, g["cell"].iloc[0])] = summary["gil_wait_ms"]
-        else:
-            figures[(repeat, variant)] = summary
+    floors = {(repeat, cell): _gil_summary(g) for (repeat, cell), g in
+              gil[gil["phase"] == "floor"].groupby(["repeat", "cell"], sort=False)}
+    figures = {}
+    for (repeat, variant), g in gil[gil["phase"] != "floor"].groupby(["repeat", "variant"], sort=False):
+        floor = floors.get((repeat, g["cell"].iloc[0]), {})
+        figures[(repeat, variant)] = _gil_summary(g, floor.get("gil_wait_p99_ms", math.nan) / 1e3)
     rows = [figures.get((r, v), nan) for r, v in zip(w["repeat"], w["variant"])]
     for name in GIL_FIGURES:
         w[name] = [row[name] for row in rows]
-    w["gil_floor_ms"] = [floors.get((r, c), math.nan) for r, c in zip(w["repeat"], w["cell"])]
+    w["gil_floor_ms"] = [floors.get((r, c), {}).get("gil_wait_ms", math.nan) for r, c in zip(w["repeat"], w["cell"])]
     return w
 
 
@@ -341,8 +348,9 @@ def cell_table(run: Run) -> pd.DataFrame:
 
 def gil_table(run: Run) -> pd.DataFrame:
     """Per PostgreSQL cell and model over repeats: the GIL probe's mean wait (`gil_wait_ms`, mean
-    over repeats with its 95% interval), its 90th percentile and the cell's floor (medians over
-    repeats), beside the model's client CPU per request. Empty when no window has the probe."""
+    over repeats with its 95% interval); its 90th percentile, the share of wake-ups that found the lock
+    held (`gil_found_held`) and the cell's floor (medians over repeats), beside the model's client CPU
+    (per request, and as a share of one core: `client_cpu_pct`). Empty when no window has the probe."""
     w = windows(run)
     if w.empty or not w["gil_wait_ms"].notna().any():
         return pd.DataFrame()
@@ -353,8 +361,11 @@ def gil_table(run: Run) -> pd.DataFrame:
         s = stats.summarise(g.set_index("repeat")["gil_wait_ms"].to_dict())
         out.append({**dict(zip(keys, k)), "gil_wait_ms": s["mean"], "gil_wait_ms_low": s["ci_low"],
                     "gil_wait_ms_high": s["ci_high"], "gil_wait_p90_ms": float(g["gil_wait_p90_ms"].median()),
+                    "gil_found_held": float(g["gil_found_held"].median()),
                     "gil_floor_ms": float(g["gil_floor_ms"].median()),
-                    "cpu_us_per_req": float(g["cpu_us_per_req"].median()), "n_repeats": int(g["repeat"].nunique())})
+                    "cpu_us_per_req": float(g["cpu_us_per_req"].median()),
+                    "client_cpu_pct": float((100.0 * g["cpu_s"] / g["wall_s"]).median()),
+                    "n_repeats": int(g["repeat"].nunique())})
     return pd.DataFrame(out)
 
 
