@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -272,6 +273,29 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
     plt.close(fig)
     assert written == [run.path.resolve() / "report" / "figures" / "probe.png"] and written[0].is_file()
 
+
+
+def test_the_same_figure_saved_twice_gives_the_same_bytes(tmp_path):
+    """save_figure writes no date and no random ids: a report rebuilt from the same run leaves the
+    committed figures unchanged, so a commit shows only figures whose data moved."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.core import figures
+    new = "20261202T000000Z-smoke-dddd"
+    run = store.open_run(_put(tmp_path, "runs", new, _manifest(new), _summary_v2(new), raw=True))
+    saved = []
+    for attempt in ("first", "second"):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [3, 1, 2], label="a line")
+        ax.legend()
+        saved.append(figures.save_figure(fig, "same", run, notebook="x.ipynb", experiments=[],
+                                         figures_dir=tmp_path / attempt, formats="svg,pdf,png"))
+        plt.close(fig)
+        time.sleep(1.1)  # a date written to the second would differ
+    for first, second in zip(*saved):
+        assert first.read_bytes() == second.read_bytes(), f"{first.name} differs between two saves"
 
 def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
     """figures.adopt: the new set's files are moved, the old set's files it lacks are removed, files

@@ -23,6 +23,7 @@ from . import config
 from .store import Run, write_json_atomic
 
 DEFAULT_FORMATS = ("png", "svg", "pdf")
+UNDATED = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}
 RUN_FIGURES = Path("report") / "figures"       # any run's figures but the reference's, inside the run
 
 
@@ -68,6 +69,8 @@ def save_figure(fig, name: str, run: Run, *, notebook: str, experiments: Iterabl
                 stamp: bool = True) -> list[Path]:
     """Save `fig` under a stable `name` and record its provenance. Returns the written paths.
     An empty `figures_dir` (a notebook's default) means `default_dir(run)`."""
+    import matplotlib  # here, not at the top: the command line imports this module without drawing
+
     figures_dir = Path(figures_dir) if figures_dir else default_dir(run)
     figures_dir.mkdir(parents=True, exist_ok=True)
     experiments = list(experiments)
@@ -76,8 +79,11 @@ def save_figure(fig, name: str, run: Run, *, notebook: str, experiments: Iterabl
     written = []
     for fmt in parse_formats(formats):
         path = figures_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=150 if fmt == "png" else None, bbox_inches="tight",
-                    metadata=None if fmt == "png" else {})
+        # No date and no random ids in the file: the same run redrawn gives the same bytes, so
+        # rebuilding a report leaves the committed figures unchanged (the date is in manifest.json).
+        with matplotlib.rc_context({"svg.hashsalt": name}):
+            fig.savefig(path, dpi=150 if fmt == "png" else None, bbox_inches="tight",
+                        metadata=UNDATED.get(fmt))
         written.append(path)
     raw = sorted(str(p.relative_to(run.path)) for e in experiments for _, d in run.repeat_dirs(e)
                  for p in d.glob("*.parquet"))
