@@ -274,7 +274,6 @@ def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_
     assert written == [run.path.resolve() / "report" / "figures" / "probe.png"] and written[0].is_file()
 
 
-
 def test_the_same_figure_saved_twice_gives_the_same_bytes(tmp_path):
     """save_figure writes no date and no random ids: a report rebuilt from the same run leaves the
     committed figures unchanged, so a commit shows only figures whose data moved."""
@@ -296,6 +295,7 @@ def test_the_same_figure_saved_twice_gives_the_same_bytes(tmp_path):
         time.sleep(1.1)  # a date written to the second would differ
     for first, second in zip(*saved):
         assert first.read_bytes() == second.read_bytes(), f"{first.name} differs between two saves"
+
 
 def test_adopt_makes_a_runs_report_figures_the_citable_set(tmp_path):
     """figures.adopt: the new set's files are moved, the old set's files it lacks are removed, files
