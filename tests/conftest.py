@@ -7,8 +7,10 @@ started by the harness's own provisioning code.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +18,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from harness import registry, report, study
+from harness import report, study
 from harness.core import config, servers, store
 from harness.core.errors import HarnessError
 
@@ -50,17 +52,58 @@ def password_env(stack) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(stack, tmp_path_factory) -> store.Run:
-    """Every registered experiment at the smoke profile, through `study.run`, as users run it; given
-    the session's servers by URIs that carry a password, so that the credentials test searches
-    every experiment's files and the report's pages for it (one run instead of a second run and
-    report of its own)."""
+def smoke_cli(stack, tmp_path_factory) -> SimpleNamespace:
+    """`harness run all --profile smoke`: every registered experiment through the command line, as
+    users run it, given the session's servers by URIs that carry a password, so that the
+    credentials test searches every experiment's files, the report's pages and this console for it
+    (one run instead of a second run and report of its own). Its run, stdout and stderr."""
     data_dir = tmp_path_factory.mktemp("smoke-data")
-    with pytest.MonkeyPatch.context() as mp:  # session-scoped, so not the `monkeypatch` fixture
-        for k, v in password_env(stack).items():
-            mp.setenv(k, v)
-        path = study.run(list(registry.all_experiments()), "smoke", 1, None, data_dir)
-    return store.Run(path)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack))
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "all", "--profile", "smoke", "--repeat", "1",
+                           "--data-dir", str(data_dir)], cwd=config.REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    found = [d for d in (data_dir / "runs").glob("*") if d.is_dir() and not d.is_symlink()
+             and not d.name.startswith(".")] if (data_dir / "runs").is_dir() else []
+    if len(found) != 1:  # no run to read: every test that needs one fails with the reason
+        pytest.fail(f"the smoke run wrote {len(found)} runs (exit {done.returncode}): {done.stderr[-3000:]}")
+    return SimpleNamespace(run=store.Run(found[0]), stdout=done.stdout, stderr=done.stderr,
+                           returncode=done.returncode)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(smoke_cli) -> store.Run:
+    """The session's smoke run of every experiment (`smoke_cli`), read by every family's tests."""
+    return smoke_cli.run
+
+
+# The example's [load] at the suite's size: both PostgreSQL drivers (psycopg, asyncpg), two repeats.
+VERIFY_SMALL_LOAD = ('clients = 8\npools = [4]\nduration_s = 0.5\nwarmup_s = 0.2\n'
+                     'models = ["threads_psycopg", "uvloop_asyncpg"]\nrepeats = 2\np99_objective_ms = 250\n')
+
+
+@pytest.fixture(scope="session")
+def verify_cli(stack, tmp_path_factory) -> SimpleNamespace:
+    """`harness verify` through the command line, once for the session: the PostgreSQL example's
+    request (examples/workloads/postgres_accounts.toml) at VERIFY_SMALL_LOAD, its target the
+    session's PostgreSQL given with SECRET as the password in the workload file itself. Read by the
+    example's test (tests/test_verify.py) and the credentials test (tests/test_faults.py, class 9):
+    its workload file, data directory, run, stdout and stderr."""
+    from harness import registry
+    from harness.core import datasets
+
+    tmp = tmp_path_factory.mktemp("verify-cli")
+    # the example's `acct` table, at the size its local target loads (a target by URI loads nothing)
+    datasets.Accounts(registry.get("verify_postgres").params("full").rows).ensure(stack)
+    text = (config.REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml").read_text()
+    request = text[text.index("[postgres]"): text.index("[load]")]
+    workload = tmp / "workload.toml"
+    workload.write_text(f'target = "{with_password(stack.postgres_dsn)}"\n\n{request}[load]\n{VERIFY_SMALL_LOAD}')
+    data = tmp / "data"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack))
+    done = subprocess.run([sys.executable, "-m", "harness", "verify", str(workload), "--data-dir", str(data)],
+                          cwd=config.REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return SimpleNamespace(workload=workload, data=data, stdout=done.stdout, stderr=done.stderr,
+                           returncode=done.returncode)
 
 
 def snapshot(d: Path) -> dict[str, float]:

@@ -42,7 +42,7 @@ import click
 import pandas as pd
 import psutil
 import pytest
-from conftest import REPO_ROOT, SECRET, password_env, with_password
+from conftest import REPO_ROOT, SECRET
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -849,38 +849,31 @@ def test_set_parser_refuses_non_finite_numbers(raw, name):
 # 9: credentials.
 
 
-def test_password_never_written(tmp_path, fault, stack, smoke_run, smoke_report):
-    """The session's smoke run (every experiment) and its report were given URIs with SECRET
-    (conftest.password_env): none of their files, figures or pages holds it. Then, through the
-    command line: a run of both PostgreSQL drivers and MongoDB, `harness verify` with SECRET in the
-    workload file's target, and a server that cannot be reached: nor do their files or consoles."""
-    data = tmp_path / "data"
-    env = base_env(data, **password_env(stack))
-    # pg_models on both drivers (psycopg, asyncpg), fast regime only: each driver meets the password once
-    out = harness("run", "mongo_client", "pg_models", "--profile", "smoke", "--set",
-                  "pg_models.models=threads_psycopg,asyncio_asyncpg", "--set", "pg_models.slow_ms=0", env=env,
-                  timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = finished_run(data)
-    assert run.experiments["mongo_client"]["status"] == "ok", run.experiments["mongo_client"]
-    # harness verify (issue 24): the password in the workload file's target, the run and its page
-    workload = tmp_path / "workload.toml"
-    workload.write_text(f'target = "{with_password(stack.postgres_dsn)}"\n[postgres]\n'
-                        'request = ["SELECT owner FROM acct WHERE id = :id"]\nparams.id = { column = "acct.id" }\n'
-                        '[load]\nclients = 2\npools = [2]\nmodels = ["threads_psycopg", "asyncio_asyncpg"]\n'
-                        'duration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
-    verified = harness("verify", str(workload), env=env, timeout=600)
-    assert verified.returncode == 0, verified.stderr[-3000:]
+def test_password_never_written(tmp_path, fault, stack, smoke_cli, smoke_report, verify_cli):
+    """The session's smoke run (every experiment, both PostgreSQL drivers, through the command line)
+    and its report were given URIs with SECRET (conftest.password_env), and so was the session's
+    `harness verify` (conftest `verify_cli`: SECRET in the workload file's target, psycopg and
+    asyncpg): none of their files, figures, pages or consoles holds it. Nor do those of a run
+    given a server that cannot be reached, or its error."""
+    smoke_run = smoke_cli.run
+    assert smoke_run.experiments["mongo_client"]["status"] == "ok", smoke_run.experiments["mongo_client"]
+    models = set(smoke_run.experiments["pg_models"]["params"]["models"])
+    assert {"threads_psycopg", "asyncio_asyncpg"} <= models, "each PostgreSQL driver meets the password"
+    assert verify_cli.returncode == 0, verify_cli.stderr[-3000:]
+    assert SECRET in verify_cli.workload.read_text(), "verify's target carries no password"
+    data = verify_cli.data
     unreachable = harness("run", "mongo_client", "--profile", "smoke", timeout=60,
                           env=base_env(tmp_path / "data2", STUDY_MONGODB_URI=f"mongodb://u:{SECRET}@127.0.0.1:9/"))
     assert unreachable.returncode != 0
     assert smoke_run.manifest["servers"]["mongodb"]["source"] == "env"   # the URIs with SECRET were used
     searched = [smoke_run.path, smoke_report.figures, data, tmp_path / "data2"]
-    files = [p for d in searched for p in d.rglob("*") if p.is_file() and p != workload]
+    files = [p for d in searched for p in d.rglob("*") if p.is_file() and p != verify_cli.workload]
     pages = [p for p in files if p.suffix == ".html"]
     assert smoke_report.index in pages and any(p.is_relative_to(data) for p in pages), "no report page searched"
     leaks = [str(p) for p in files if SECRET.encode() in p.read_bytes()]
-    for name, text_ in (("run", out), ("verify", verified), ("unreachable", unreachable)):
+    postgres_at = stack.postgres_dsn.split("@")[-1].split("/")[0]   # host:port, no credentials
+    assert postgres_at in smoke_cli.stdout + smoke_cli.stderr, "the smoke run's console names no server"
+    for name, text_ in (("run", smoke_cli), ("verify", verify_cli), ("unreachable", unreachable)):
         if SECRET in text_.stdout + text_.stderr:
             leaks.append(f"{name} console")
     assert not leaks, f"the password appears in: {leaks}"

@@ -1,6 +1,6 @@
 """The five MongoDB experiments at smoke size against the real server: shape and sanity, not speed.
 
-The session's smoke run of every experiment (`smoke_run`, through `study.run` as users run them),
+The session's smoke run of every experiment (`smoke_run`, through `harness run all` as users run them),
 then: every table with its columns, values that must hold on any server (latencies positive, tasks
 in range, documents read = documents in the collection, duplicate-key semantics, the batches the
 server sent), the analysis module's metrics, and both notebooks executed on that run.

@@ -1,5 +1,5 @@
 """Every registered experiment, from its declarations (experiments/base.py, contract C5) and the
-session's smoke run of all of them (conftest `smoke_run`, through `study.run` as users run it):
+session's smoke run of all of them (conftest `smoke_run`, through `harness run all` as users run it):
 it finishes ok at smoke size, what it stored is on its declared schema, and it has an analysis
 module whose metrics hold its headline figures. Adding an experiment adds it here: no list to edit.
 

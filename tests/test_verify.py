@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,25 +155,20 @@ def test_every_check_has_a_verdict_in_the_smoke_run(smoke_run):
     assert checks["advice"].str.len().min() > 0
 
 
-def test_the_postgres_example_runs_through_the_command(tmp_path, stack_env):
-    """The example's request on the local servers with a small [load]: a run like any other, a
-    verdict line per check on stdout, and the one-page report."""
-    path = write(tmp_path, small(PG_EXAMPLE, 'clients = 8\npools = [4]\nduration_s = 0.5\nwarmup_s = 0.2\n'
-                                             'models = ["threads_psycopg", "uvloop_asyncpg"]\n'
-                                             'repeats = 2\np99_objective_ms = 250'))
-    data = tmp_path / "data"
-    started = time.monotonic()
-    out = cli("verify", str(path), "--data-dir", str(data), env=dict(os.environ, **stack_env), timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = store.open_run("latest", data)
+def test_the_postgres_example_runs_through_the_command(verify_cli):
+    """The example's request on the session's PostgreSQL with a small [load] (conftest `verify_cli`,
+    shared with the credentials test): a run like any other, a verdict line per check on stdout,
+    and the one-page report."""
+    assert verify_cli.returncode == 0, verify_cli.stderr[-3000:]
+    run = store.open_run("latest", verify_cli.data)
     assert run.experiments["verify_postgres"]["repeats_planned"] == 2
+    assert set(run.experiments["verify_postgres"]["params"]["models"]) == {"threads_psycopg", "uvloop_asyncpg"}
     checks = verify.checks(run)
     assert len(checks) == 2 * 3 + 1           # pool-bound, limit, tail per model; one decision
     for c in checks.itertuples():
-        assert f"{c.check:15} {c.subject}" in out.stdout
+        assert f"{c.check:15} {c.subject}" in verify_cli.stdout
     assert (run.path / "report" / "index.html").exists()
     assert "06_workload.ipynb" in (run.path / "report" / "index.html").read_text()
-    print(f"postgres example at small load: {time.monotonic() - started:.0f} s")
 
 
 # The checks these tests do not judge, at the smoke profile's sizes (the defaults: 50 clients opened
