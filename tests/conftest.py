@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from harness import report, study
-from harness.core import config, servers, store
+from harness import registry, report, study
+from harness.core import config, datasets, servers, store
 from harness.core.errors import HarnessError
 
 
@@ -87,10 +87,7 @@ def verify_cli(stack, tmp_path_factory) -> SimpleNamespace:
     request (examples/workloads/postgres_accounts.toml) at VERIFY_SMALL_LOAD, its target the
     session's PostgreSQL given with SECRET as the password in the workload file itself. Read by the
     example's test (tests/test_verify.py) and the credentials test (tests/test_faults.py, class 9):
-    its workload file, data directory, run, stdout and stderr."""
-    from harness import registry
-    from harness.core import datasets
-
+    its workload file, data directory, exit code, stdout and stderr."""
     tmp = tmp_path_factory.mktemp("verify-cli")
     # the example's `acct` table, at the size its local target loads (a target by URI loads nothing)
     datasets.Accounts(registry.get("verify_postgres").params("full").rows).ensure(stack)
