@@ -51,6 +51,21 @@ def password_env(stack) -> dict[str, str]:
             "STUDY_POSTGRES_DSN": with_password(stack.postgres_dsn)}
 
 
+def harness(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m harness ARGS` from the repository, as a user types it (`env` None: this process's)."""
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=config.REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def finished_run(data: Path, console: str = "") -> store.Run:
+    """The one run published in `data`/runs (not `latest`, not an `.incomplete-*` one); `console`
+    (the command's stderr) goes into the failure when there is not exactly one."""
+    runs = [d for d in (data / "runs").iterdir() if d.is_dir() and not d.is_symlink()
+            and not d.name.startswith(".")] if (data / "runs").is_dir() else []
+    assert len(runs) == 1, f"{len(runs)} runs in {data / 'runs'}: {runs}\n{console[-3000:]}"
+    return store.Run(runs[0])
+
+
 @pytest.fixture(scope="session")
 def smoke_cli(stack, tmp_path_factory) -> SimpleNamespace:
     """`harness run all --profile smoke`: every registered experiment through the command line, as
@@ -58,15 +73,10 @@ def smoke_cli(stack, tmp_path_factory) -> SimpleNamespace:
     credentials test searches every experiment's files, the report's pages and this console for it
     (one run instead of a second run and report of its own). Its run, stdout and stderr."""
     data_dir = tmp_path_factory.mktemp("smoke-data")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack))
-    done = subprocess.run([sys.executable, "-m", "harness", "run", "all", "--profile", "smoke", "--repeat", "1",
-                           "--data-dir", str(data_dir)], cwd=config.REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=1200)
-    found = [d for d in (data_dir / "runs").glob("*") if d.is_dir() and not d.is_symlink()
-             and not d.name.startswith(".")] if (data_dir / "runs").is_dir() else []
-    if len(found) != 1:  # no run to read: every test that needs one fails with the reason
-        pytest.fail(f"the smoke run wrote {len(found)} runs (exit {done.returncode}): {done.stderr[-3000:]}")
-    return SimpleNamespace(run=store.Run(found[0]), stdout=done.stdout, stderr=done.stderr,
+    done = harness("run", "all", "--profile", "smoke", "--repeat", "1", "--data-dir", str(data_dir),
+                   env=dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack)), timeout=1200)
+    # not exactly one run: every test that reads it fails with the command's stderr
+    return SimpleNamespace(run=finished_run(data_dir, done.stderr), stdout=done.stdout, stderr=done.stderr,
                            returncode=done.returncode)
 
 
@@ -96,9 +106,8 @@ def verify_cli(stack, tmp_path_factory) -> SimpleNamespace:
     workload = tmp / "workload.toml"
     workload.write_text(f'target = "{with_password(stack.postgres_dsn)}"\n\n{request}[load]\n{VERIFY_SMALL_LOAD}')
     data = tmp / "data"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack))
-    done = subprocess.run([sys.executable, "-m", "harness", "verify", str(workload), "--data-dir", str(data)],
-                          cwd=config.REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = harness("verify", str(workload), "--data-dir", str(data),
+                   env=dict(os.environ, PYTHONUNBUFFERED="1", **password_env(stack)), timeout=600)
     return SimpleNamespace(workload=workload, data=data, stdout=done.stdout, stderr=done.stderr,
                            returncode=done.returncode)
 

@@ -9,15 +9,10 @@ import time
 
 import psutil
 import pytest
-from conftest import REPO_ROOT, started_run
+from conftest import REPO_ROOT, harness, started_run
 
 from harness import registry
 from harness.core import store
-
-
-def harness(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
 
 
 def test_help_explains_every_command():

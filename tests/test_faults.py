@@ -42,7 +42,7 @@ import click
 import pandas as pd
 import psutil
 import pytest
-from conftest import REPO_ROOT, SECRET
+from conftest import REPO_ROOT, SECRET, finished_run, harness
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -125,11 +125,6 @@ def base_env(data: Path, **extra: str) -> dict[str, str]:
         if k not in extra:
             env.pop(k, None)  # the run starts its own servers (so that the test may kill them)
     return env
-
-
-def harness(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
 
 
 def _default_sigint() -> None:
@@ -247,13 +242,6 @@ def wait_for_worker(c: Cli, data: Path, experiment: str, timeout: float = 150) -
             raise AssertionError(f"the CLI exited early ({c.popen.returncode}):\n{c.stderr[-3000:]}")
         return run and (run / experiment).is_dir() and c.find(is_worker)
     return wait_for(ready, timeout, f"{experiment}'s worker")
-
-
-def finished_run(data: Path) -> store.Run:
-    runs = [d for d in (data / "runs").iterdir() if d.is_dir() and not d.is_symlink()
-            and not d.name.startswith(".")]
-    assert len(runs) == 1, runs
-    return store.Run(runs[0])
 
 
 def errors_of(entry: dict) -> list[str]:

@@ -13,7 +13,7 @@ import psutil
 import psycopg
 import pymongo
 import pytest
-from conftest import REPO_ROOT, started_run
+from conftest import REPO_ROOT, harness, started_run
 
 from harness.core import environment, servers
 from harness.core.errors import HarnessError
@@ -120,14 +120,10 @@ def test_servers_up_status_down_cli(tmp_path):
     env.pop("STUDY_MONGODB_URI", None)
     env.pop("STUDY_POSTGRES_DSN", None)
 
-    def harness(*args):
-        return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
-
-    up = harness("servers", "up")
+    up = harness("servers", "up", env=env)
     assert up.returncode == 0, up.stderr
     try:
-        status = harness("servers", "status", "--json")
+        status = harness("servers", "status", "--json", env=env)
         assert status.returncode == 0, status.stderr
         info = json.loads(status.stdout)
         assert info["running"] and info["mongodb_uri"].startswith("mongodb://127.0.0.1:")
@@ -145,12 +141,12 @@ def test_servers_up_status_down_cli(tmp_path):
         _sigterm_run_on_the_stack(env, tmp_path / "data")
         assert all(psutil.pid_exists(p) for p in pids), "a run stopped the servers `servers up` owns"
     finally:
-        down = harness("servers", "down")
+        down = harness("servers", "down", env=env)
     assert down.returncode == 0, down.stderr
     assert not any(psutil.pid_exists(p) for p in pids)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{proxy['api']}/version", timeout=5)
-    assert harness("servers", "status", "--json").returncode == 1
+    assert harness("servers", "status", "--json", env=env).returncode == 1
 
 
 def test_missing_binaries_are_named(monkeypatch, tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import harness
 
 from harness import registry
 from harness import verify as verify_mod
@@ -28,11 +29,6 @@ from harness.experiments.verify import analysis as verify
 REPO_ROOT = config.REPO_ROOT
 PG_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"
 MONGO_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "mongodb_orders.toml"
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env or dict(os.environ))
 
 
 def write(tmp_path: Path, text: str, name: str = "w.toml") -> Path:
@@ -103,7 +99,7 @@ def test_bad_workload_is_one_line_and_writes_nothing(case, tmp_path, stack):
 def test_the_command_says_it_in_one_line_with_exit_2(case, tmp_path):
     text, expected = BAD[case]
     data = tmp_path / "data"
-    out = cli("verify", str(write(tmp_path, text)), "--data-dir", str(data), timeout=120)
+    out = harness("verify", str(write(tmp_path, text)), "--data-dir", str(data), timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in out.stderr, out.stderr
@@ -359,13 +355,14 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack
                            'models = ["uvloop_asyncpg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STUDY_")}
-    refused = cli("verify", str(path), "--data-dir", str(data), "--no-report", env=env, timeout=60)
+    refused = harness("verify", str(path), "--data-dir", str(data), "--no-report", env=env, timeout=60)
     assert refused.returncode == 2 and f"pass --confirm-host {host}" in refused.stderr, refused.stderr
     assert not (data / "runs").exists()
-    wrong = cli("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", "10.0.0.1", env=env,
+    wrong = harness("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", "10.0.0.1", env=env,
                 timeout=60)
     assert wrong.returncode == 2, wrong.stderr
-    ran = cli("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", host, env=env, timeout=300)
+    ran = harness("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", host, env=env,
+                  timeout=300)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     run = store.open_run("latest", data)
     assert run.experiments["verify_postgres"]["status"] == "ok"
