@@ -201,9 +201,9 @@ def _print_outcome(path: Path) -> None:
 @_data_dir
 def report(run_ref, keep_code, data_dir) -> None:
     """Execute the notebooks on RUN (default: latest) and export the HTML report into it."""
+    run_ = store.open_run(run_ref, data_dir)   # a wrong RUN is said before the notebook stack loads
     from . import report as report_mod
 
-    run_ = store.open_run(run_ref, data_dir)
     out = report_mod.build(run_, keep_code=keep_code)
     click.echo(f"report: {out}")
     click.echo(f"figures: {report_mod.figures_dir(run_)}")
@@ -299,9 +299,10 @@ def compare_cmd(run_a, run_b, data_dir) -> None:
     differ (interpreter, lock hash, drivers, servers, experiment versions, machine, placement) and
     which experiments that makes incomparable; the verdicts that moved. From summary.json and
     manifest.json alone (runs by path, id, a unique part of one, or `latest`)."""
+    a, b = store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)
     from .reading import compare
 
-    click.echo(compare.compare_text(store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)))
+    click.echo(compare.compare_text(a, b))
 
 
 @cli.command("show")
@@ -312,9 +313,10 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
     """Print a stored run from its summary.json and manifest.json: headline figures with interval, CV
     and stability warnings, verdicts per seed, bottlenecks, the machine and servers (RUN: a path, an
     id or a unique part of one, or `latest`)."""
+    run_ = store.open_run(run_ref, data_dir)
     from .reading import show
 
-    click.echo(show.show_text(store.open_run(run_ref, data_dir), experiment))
+    click.echo(show.show_text(run_, experiment))
 
 
 @cli.command("history")
@@ -355,9 +357,9 @@ def power_cmd(write_doc) -> None:
 @_data_dir
 def summarise_cmd(run_ref, data_dir) -> None:
     """Re-judge RUN from its raw data and rewrite its summary.json (atomically)."""
+    run_ = store.open_run(run_ref, data_dir)
     from . import summary
 
-    run_ = store.open_run(run_ref, data_dir)
     if not run_.has_raw_data():
         raise HarnessError(f"run {run_.id} has no raw data ({run_.path} keeps only its manifest and summary): "
                            "nothing to re-judge")
@@ -372,6 +374,7 @@ def summarise_cmd(run_ref, data_dir) -> None:
 def promote_cmd(run_ref, data_dir) -> None:
     """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
     summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
+    store.open_run(run_ref, data_dir)   # a wrong RUN is said before the notebook stack loads
     from . import report as report_mod
     from . import summary
     from .core import figures

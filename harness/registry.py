@@ -54,6 +54,21 @@ def get(name: str) -> Experiment:
     return exps[name]
 
 
+def load(name: str, module: str) -> Experiment:
+    """Experiment `name` from `module`, the module that declares it (its class's), imported alone:
+    a repeat's worker then loads one family's drivers, not every family's. A module outside the
+    experiments' package, or whose EXPERIMENT is not `name`, sends the lookup to the whole registry."""
+    try:
+        declared = module.startswith(f"{_pkg.__name__}.") and _source_file(module) is not None
+    except ImportError:   # a parent package that does not exist
+        declared = False
+    if declared:
+        exp = getattr(importlib.import_module(module), "EXPERIMENT", None)
+        if isinstance(exp, Experiment) and exp.name == name:
+            return exp
+    return get(name)
+
+
 def analysis_modules() -> dict[str, ModuleType]:
     """Dotted path -> module, for every analysis module an experiment names (each once, sorted)."""
     paths = sorted({e.analysis for e in all_experiments().values() if getattr(e, "analysis", None)})

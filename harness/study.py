@@ -117,7 +117,8 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
                known_variants: list[str] | None = None, python: str | None = None) -> dict[str, Any]:
     """One repeat in a fresh worker process, bounded by the experiment's `timeout_s`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec = RepeatSpec(experiment=p.experiment.name, params=p.params.to_dict(), servers=stack.to_json(),
+    spec = RepeatSpec(experiment=p.experiment.name, module=type(p.experiment).__module__,
+                      params=p.params.to_dict(), servers=stack.to_json(),
                       out_dir=str(out_dir), repeat=repeat, known_variants=list(known_variants or []))
     result_path = out_dir / "result.json"
     child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,

@@ -32,6 +32,7 @@ class RepeatSpec:
     """What the parent hands a worker (JSON through a private file: it holds server URIs)."""
 
     experiment: str
+    module: str                   # the module that declares it: the worker imports that one alone
     params: dict[str, Any]        # Params.to_dict() of the validated parameters
     servers: dict[str, Any]       # ServerStack.to_json()
     out_dir: str
@@ -51,7 +52,7 @@ def params_from_dict(exp: Experiment, values: dict[str, Any]) -> Params:
 def run_spec(spec: RepeatSpec) -> dict[str, Any]:
     out_dir = Path(spec.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    exp = registry.get(spec.experiment)
+    exp = registry.load(spec.experiment, spec.module)
     result: dict[str, Any] = {"experiment": exp.name, "repeat": spec.repeat, "status": "running",
                               "started_at": time.time(), "interpreter": interpreters.runtime_record()}
     ctx = Context(exp, params_from_dict(exp, spec.params), ServerStack.from_json(spec.servers), out_dir,

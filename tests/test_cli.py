@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -44,7 +45,7 @@ def test_list_shows_every_registered_experiment():
     assert text.count("version (full) ") == sum(e.in_study for e in registry.all_experiments().values())
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["run", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
     (["run", "{exp}", "--profile", "huge"], "Invalid value for '--profile'"),
     (["run", "{exp}", "--repeat", "0"], "Invalid value for '--repeat'"),
@@ -58,16 +59,37 @@ def test_list_shows_every_registered_experiment():
     (["promote", "no-such-run"], "no run 'no-such-run'"),
     (["compare", "no-such-run", "latest"], "no run 'no-such-run'"),
     (["history"], "no committed run"),
-])
-def test_bad_input_gets_a_clear_error_without_traceback(args, message, tmp_path):
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProcess, Path]]:
+    """Each BAD_INPUT case through the command line, with a data directory of its own, two at a
+    time: an interpreter's start-up and one error each, measuring nothing, so the machine's two
+    cores halve the wait (13 cases, about 13 s one after another)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     exps = list(registry.all_experiments())
-    args = [a.replace("{exp}", exps[0]) for a in args]
-    env = dict(os.environ, STUDY_DATA_DIR=str(tmp_path))
-    out = harness(*args, env=env)
+    root = tmp_path_factory.mktemp("bad-input")
+
+    def one(i: int) -> tuple[subprocess.CompletedProcess, Path]:
+        args = [a.replace("{exp}", exps[0]) for a in BAD_INPUT[i][0]]
+        data = root / str(i)
+        data.mkdir()
+        return harness(*args, env=dict(os.environ, STUDY_DATA_DIR=str(data))), data
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(one, range(len(BAD_INPUT))))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[f"args{i}-{m}" for i, (_, m) in enumerate(BAD_INPUT)])
+def test_bad_input_gets_a_clear_error_without_traceback(case, bad_input_outcomes):
+    message = BAD_INPUT[case][1]
+    out, data = bad_input_outcomes[case]
     assert out.returncode != 0
     assert message in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), \
+    assert not (data / "runs").exists() or not any((data / "runs").iterdir()), \
         "bad input must fail before a run directory is created"
 
 

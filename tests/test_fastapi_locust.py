@@ -229,22 +229,6 @@ def test_smoke_run_is_well_formed(smoke_run):
     assert not analysis.staircase(run).empty
 
 
-def test_locust_master_and_two_workers_on_loopback(run_experiment):
-    """The path a user takes when one Locust process is not enough: a master and two workers,
-    bound to loopback, drive the app and the master's CSVs aggregate both workers."""
-    result, tables = run_experiment("fastapi_locust", "smoke", variants="async", openloop_variants="",
-                                    locust_workers=2, users=4)
-    assert result["status"] == "ok", result.get("error")
-    runs = tables["runs"]
-    assert list(runs["locust_workers"]) == [2] and (runs["status"] == "ok").all(), runs["error"].tolist()
-    samples = tables["samples"]
-    assert samples["pid"].nunique() == 2          # each worker process wrote its own requests
-    stats_ = tables["locust_stats"]
-    agg = stats_[stats_["name"] == "Aggregated"]
-    assert int(agg["request_count"].iloc[0]) == len(samples)
-    assert tables["locust_history"]["user_count"].max() == 4
-
-
 def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
     """fastapi_crossover through the proxy the study provides: each point's delay is set on the proxy
     and measured (loosely: between half and twice the setting, plus the proxy's own cost), the

@@ -750,18 +750,38 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.parametrize("args, names, env", BAD_INPUT, ids=[" ".join(a[0][1:]) + (" env" if a[2] else "")
-                                                              for a in BAD_INPUT])
-def test_bad_input_one_line_error_nothing_written(args, names, env, tmp_path, fault):
-    data = tmp_path / "data"
-    out = harness(*args, env=base_env(data, **env), timeout=60)
+@pytest.fixture(scope="module")
+def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProcess, Path, float]]:
+    """Each BAD_INPUT case through the command line, with a data directory of its own, two at a
+    time: each is an interpreter's start-up and one error, measuring nothing, so the machine's two
+    cores halve the wait (18 cases, about 19 s one after another). Each: its outcome, its data
+    directory and the seconds the command took (the fault table's figure: the test itself waits for
+    nothing)."""
+    root = tmp_path_factory.mktemp("bad-input")
+
+    def one(i: int) -> tuple[subprocess.CompletedProcess, Path, float]:
+        args, _, env = BAD_INPUT[i]
+        data = root / str(i) / "data"
+        t0 = time.monotonic()
+        out = harness(*args, env=base_env(data, **env), timeout=60)
+        return out, data, round(time.monotonic() - t0, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(one, range(len(BAD_INPUT))))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[" ".join(a[0][1:]) + (" env" if a[2] else "")
+                                                             for a in BAD_INPUT])
+def test_bad_input_one_line_error_nothing_written(case, bad_input_outcomes, fault):
+    args, names, env = BAD_INPUT[case]
+    out, data, seconds = bad_input_outcomes[case]
     lines = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     assert "Traceback" not in out.stderr
     assert len(lines) <= 3 and any(names in ln for ln in lines), out.stderr  # click adds usage lines
     assert not data.exists() or not any(data.rglob("*")), f"bad input wrote {list(data.rglob('*'))}"
     fault(8, **{" ".join(args) + (f" [{', '.join(f'{k}={v}' for k, v in env.items())}]" if env else ""):
-                lines[-1][:200]})
+                lines[-1][:200]}, seconds=seconds)
 
 
 def test_bad_notebook_parameters_name_the_input(tmp_path, fault):
@@ -887,19 +907,30 @@ def listeners(c: Cli) -> set[tuple[str, str, str, int]]:
     return found
 
 
-def test_every_listener_is_on_loopback(tmp_path, fault):
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def locust_cluster(tmp_path_factory) -> SimpleNamespace:
+    """`harness run fastapi_locust` through the command line on servers of its own, through the
+    proxy, with a Locust master and two workers: every listener its processes opened while it ran,
+    what it left behind, its exit code, stderr and run. Read by the listener test and the
+    master-and-workers test (runs of their own took 21 and 11 s)."""
+    tmp = tmp_path_factory.mktemp("locust-cluster")
+    data = tmp / "data"
     args = ("run", "fastapi_locust", "--profile", "smoke", "--set", "fastapi_locust.via_proxy=on",
-            "--set", "fastapi_locust.locust_workers=1", "--set", "fastapi_locust.variants=async",
-            "--set", "fastapi_locust.openloop_variants=async")
+            "--set", "fastapi_locust.locust_workers=2", "--set", "fastapi_locust.variants=async",
+            "--set", "fastapi_locust.openloop_variants=")   # the open loop is a client: no listener of its own
     seen: set[tuple[str, str, str, int]] = set()
-    with cli(tmp_path, *args, env=base_env(data)) as c:
+    with cli(tmp, *args, env=base_env(data)) as c:
         deadline = time.monotonic() + 420
         while c.popen.poll() is None and time.monotonic() < deadline:
             seen |= listeners(c)
             time.sleep(0.3)
         code = c.wait(30)
         left = c.left_behind()
+    return SimpleNamespace(code=code, seen=seen, left=left, stderr=c.stderr, data=data)
+
+
+def test_every_listener_is_on_loopback(locust_cluster, fault):
+    seen, c = locust_cluster.seen, locust_cluster
     kinds = {"postgres": lambda n, w: n == "postgres", "ferretdb": lambda n, w: n == "ferretdb",
              "toxiproxy": lambda n, w: n == "toxiproxy-server",
              "app (uvicorn)": lambda n, w: "uvicorn" in w, "locust master": lambda n, w: "locust" in w}
@@ -909,8 +940,25 @@ def test_every_listener_is_on_loopback(tmp_path, fault):
     missing = [k for k, v in found.items() if not v]
     assert not missing, f"never saw a listener of {missing} (seen: {sorted(seen)})\n{c.stderr[-2000:]}"
     assert len(found["toxiproxy"]) >= 2, "Toxiproxy's API and at least one proxy listener"
-    assert not left, f"processes left behind: {left}"
-    fault(10, exit_code=code, listeners=found, exposed=exposed)
+    assert not c.left, f"processes left behind: {c.left}"
+    fault(10, exit_code=c.code, listeners=found, exposed=exposed)
+
+
+def test_locust_master_and_two_workers_on_loopback(locust_cluster):
+    """The path a user takes when one Locust process is not enough: a master and two workers,
+    bound to loopback (the listener test above), drive the app and the master's CSVs aggregate
+    both workers."""
+    assert locust_cluster.code == 0, locust_cluster.stderr[-3000:]
+    run = finished_run(locust_cluster.data, locust_cluster.stderr)
+    assert run.experiments["fastapi_locust"]["status"] == "ok", run.experiments["fastapi_locust"]
+    runs = run.table("fastapi_locust", "runs", ok_only=False)
+    assert list(runs["locust_workers"]) == [2] and (runs["status"] == "ok").all(), runs["error"].tolist()
+    samples = run.table("fastapi_locust", "samples", ok_only=False)
+    assert samples["pid"].nunique() == 2          # each worker process wrote its own requests
+    stats_ = run.table("fastapi_locust", "locust_stats", ok_only=False)
+    agg = stats_[stats_["name"] == "Aggregated"]
+    assert int(agg["request_count"].iloc[0]) == len(samples)
+    assert run.table("fastapi_locust", "locust_history", ok_only=False)["user_count"].max() == 4
 
 
 # ----------------------------------------------------------------------------------------------

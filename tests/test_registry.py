@@ -78,6 +78,28 @@ def test_analysis_names_the_headline_metrics(smoke_run: store.Run, name):
 
 # -- the machinery, no servers ---------------------------------------------------------------------
 
+def test_a_worker_loads_its_experiment_from_its_own_module_alone():
+    """`registry.load` (what each repeat's worker calls) gives the registry's experiment, importing
+    only the module that declares it; a module that does not declare it falls back to the registry."""
+    import json
+    import subprocess
+    import sys
+
+    exp = registry.get("pg_models")
+    module = type(exp).__module__
+    assert registry.load("pg_models", module) is exp
+    assert registry.load("pg_models", "harness.experiments.mongo.pool") is exp   # declares another
+    assert registry.load("pg_models", "json") is exp                             # outside the package
+    probe = (f"import json, sys; from harness import registry; e = registry.load('pg_models', {module!r}); "
+             "print(json.dumps([e.name, sorted(m for m in sys.modules if m.startswith('harness.experiments.')"
+             " and m.count('.') == 3)]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    name, loaded = json.loads(out.stdout)
+    assert name == "pg_models"
+    assert {m.split(".")[2] for m in loaded} == {"postgres"}, loaded   # no other family's module
+
+
 def test_grid_expands_every_combination_first_axis_slowest():
     points = grid(loop=("asyncio", "uvloop"), pool=(10, 20), driver="pymongo")
     assert points == [{"loop": "asyncio", "pool": 10, "driver": "pymongo"},

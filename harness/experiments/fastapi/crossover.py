@@ -85,7 +85,7 @@ class FastapiCrossover(Experiment):
         "full": FULL_SIZES, "quick": QUICK_SIZES,
         "smoke": {"documents": 300, "variants": ("sync_40threads", "async"), "rtts_ms": (5,), "users": 4,
                   "spawn_rate": 4.0, "hold_s": 2.0, "wait_min_s": 0.1, "wait_max_s": 0.3, "ping_count": 5,
-                  "health_timeout_s": 30.0, "timeout_s": 300.0},
+                  "warmup_s": 0.3, "health_timeout_s": 30.0, "timeout_s": 300.0},
     }
 
     def datasets(self, p):

@@ -116,8 +116,9 @@ class FastapiLocust(Experiment):
         "quick": {"spawn_rate": 250.0, "hold_s": 5.0, "timeout_s": 400.0},
         "smoke": {"documents": 300, "users": 4, "spawn_rate": 4.0, "hold_s": 3.0, "wait_min_s": 0.1,
                   "wait_max_s": 0.3, "saturation_workers": 0, "openloop_variants": tuple(VARIANTS),
-                  "openloop_rate_fractions": (0.5,), "openloop_duration_s": 2.0, "openloop_drain_s": 5.0,
-                  "openloop_connections": 4, "health_timeout_s": 30.0, "ping_count": 10, "timeout_s": 300.0},
+                  "openloop_rate_fractions": (0.5,), "openloop_duration_s": 1.0, "openloop_drain_s": 5.0,
+                  "warmup_s": 0.3, "openloop_connections": 4, "health_timeout_s": 30.0, "ping_count": 10,
+                  "timeout_s": 300.0},
     }
 
     def datasets(self, p):

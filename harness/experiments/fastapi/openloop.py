@@ -93,9 +93,9 @@ class FastapiOpenloop(Experiment):
     profiles = {
         "seed": {},
         "full": FULL_SIZES, "quick": QUICK_SIZES,
-        "smoke": {"documents": 300, "openloop_duration_s": 2.0, "openloop_drain_s": 3.0, "probe_s": 1.5,
-                  "probe_rate": 300.0, "openloop_connections": 16, "health_timeout_s": 30.0, "ping_count": 5,
-                  "timeout_s": 300.0},
+        "smoke": {"documents": 300, "openloop_duration_s": 1.0, "openloop_drain_s": 3.0, "probe_s": 1.5,
+                  "warmup_s": 0.3, "probe_rate": 300.0, "openloop_connections": 16, "health_timeout_s": 30.0,
+                  "ping_count": 5, "timeout_s": 300.0},
     }
 
     def datasets(self, p):

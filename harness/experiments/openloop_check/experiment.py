@@ -191,8 +191,8 @@ class OpenloopCheck(Experiment):
     profiles = {
         "seed": {},
         "full": SHORT_SIZES, "quick": SHORT_SIZES,
-        "smoke": {"documents": 300, "duration_s": 2.0, "drain_s": 5.0, "probe_s": 1.5, "connections": 4,
-                  "settle_s": 0.5, "health_timeout_s": 30.0, "cpu_sample_s": 0.5, "timeout_s": 300.0},
+        "smoke": {"documents": 300, "duration_s": 1.0, "drain_s": 5.0, "probe_s": 1.5, "connections": 4,
+                  "settle_s": 0.25, "warmup_s": 0.3, "health_timeout_s": 30.0, "cpu_sample_s": 0.5, "timeout_s": 300.0},
     }
 
     def datasets(self, p):
