@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -354,35 +354,6 @@ def test_ferretdb_killed_mid_experiment_is_restarted_for_the_next(ferretdb_kille
           restarted=restarted, mongo_client=client["status"], left_behind=k.left)
 
 
-def test_ferretdb_given_by_uri_killed_later_experiments_fail_fast(tmp_path, fault):
-    data = tmp_path / "data"
-    with servers.provision(("mongodb",)) as own:  # this test's server, given to the run by URI
-        env = base_env(data, STUDY_MONGODB_URI=own.mongodb_uri)
-        with cli(tmp_path, "run", "mongo_pool", "mongo_client", *POOL_ARGS, env=env) as c:
-            wait_for_worker(c, data, "mongo_pool")
-            time.sleep(2.0)
-            ferretdb = psutil.Process(own.mongodb.pids[0])
-            ferretdb.kill()
-            killed = time.monotonic()
-            code = c.wait(240)
-            after_kill_s = time.monotonic() - killed
-            left = c.left_behind()
-    run = finished_run(data)
-    pool, client = run.experiments["mongo_pool"], run.experiments["mongo_client"]
-    assert pool["status"] in ("failed", "partial"), pool
-    assert client["status"] == "failed", client
-    assert not run.manifest.get("server_restarts"), "a server given by URI is not the harness's to restart"
-    message = " ".join(errors_of(client))
-    timeout_s = servers.CONNECT_TIMEOUT_S
-    assert "no MongoDB server answered" in message and f"within {timeout_s} s" in message, message
-    # the window (6 s) + in-flight operations (server selection 5 s) + the check (5 s) + margin
-    assert after_kill_s < 6 + 5 + timeout_s + 20, after_kill_s
-    assert code != 0 or run.manifest.get("has_failures"), (code, run.manifest.get("status"))
-    assert not left, f"processes left behind: {left}"
-    fault(1, given_by_uri=True, exit_code=code, mongo_pool=pool["status"], mongo_client=client["status"],
-          mongo_client_error=message[:200], seconds_from_kill_to_exit=round(after_kill_s, 1), left_behind=left)
-
-
 def test_ferretdb_killed_remaining_cells_fail_at_once(ferretdb_killed, fault):
     """The worker checks the servers between cells (`experiments.base.CellOrder`): once FerretDB is
     dead, the cells of the repeat not yet run fail at once, all with one line naming the server and
@@ -411,7 +382,44 @@ def test_ferretdb_killed_remaining_cells_fail_at_once(ferretdb_killed, fault):
           reason=reason[:200], address=address, repeat_seconds=repeat["seconds"], left_behind=left)
 
 
-def test_postmaster_killed_mid_experiment(tmp_path, fault):
+@pytest.fixture(scope="module")
+def uri_kill_started(tmp_path_factory):
+    """Class 1 with FerretDB given by URI, its fault injected here: `run mongo_pool mongo_client` on
+    a FerretDB of the test's own, killed 2 s into mongo_pool's window (6 s). What is left is waiting
+    (the window, the in-flight operations' server selection, the check before mongo_client: about
+    15 s) for the CLI to exit: that wait goes on in a thread while the class 2 run (servers of its
+    own) uses the time; `uri_killed` collects it. Only the wait overlaps another run: the fault
+    itself lands on a machine no other run is measuring on."""
+    tmp_path = tmp_path_factory.mktemp("uri-killed")
+    data = tmp_path / "data"
+    with ExitStack() as held:   # the server and the CLI outlive this fixture's setup: until teardown
+        own = held.enter_context(servers.provision(("mongodb",)))   # given to the run by URI
+        env = base_env(data, STUDY_MONGODB_URI=own.mongodb_uri)
+        c = held.enter_context(cli(tmp_path, "run", "mongo_pool", "mongo_client", *POOL_ARGS, env=env))
+        wait_for_worker(c, data, "mongo_pool")
+        time.sleep(2.0)
+        psutil.Process(own.mongodb.pids[0]).kill()
+        killed = time.monotonic()
+
+        def wait_out() -> SimpleNamespace:
+            code = c.wait(240)
+            after_kill_s = time.monotonic() - killed
+            return SimpleNamespace(run=finished_run(data), code=code, after_kill_s=after_kill_s,
+                                   left=c.left_behind())
+
+        with ThreadPoolExecutor(max_workers=1) as waiting:
+            yield waiting.submit(wait_out)
+
+
+@pytest.fixture(scope="module")
+def uri_killed(uri_kill_started) -> SimpleNamespace:
+    """The class 1 run by URI once it has ended: its run, exit code, seconds from the kill to the
+    CLI's exit, and what it left behind."""
+    return uri_kill_started.result(timeout=300)
+
+
+def test_postmaster_killed_mid_experiment(tmp_path, fault, uri_kill_started):
+    # uri_kill_started: the class 1 run by URI waits out its time-outs while this run goes on
     data = tmp_path / "data"
     args = ("run", "pg_models", "mongo_client", "--profile", "smoke",
             "--set", "pg_models.models=asyncio_asyncpg,threads_psycopg", "--set", "pg_models.slow_ms=0",
@@ -442,6 +450,23 @@ def test_postmaster_killed_mid_experiment(tmp_path, fault):
     fault(2, exit_code=code, pg_models=pg["status"], first_error=errors[0][:200],
           cells=cs[["variant", "status"]].to_dict("records"), restarted=restarted,
           mongo_client=client["status"], left_behind=left)
+
+
+def test_ferretdb_given_by_uri_killed_later_experiments_fail_fast(uri_killed, fault):
+    run, code, after_kill_s, left = uri_killed.run, uri_killed.code, uri_killed.after_kill_s, uri_killed.left
+    pool, client = run.experiments["mongo_pool"], run.experiments["mongo_client"]
+    assert pool["status"] in ("failed", "partial"), pool
+    assert client["status"] == "failed", client
+    assert not run.manifest.get("server_restarts"), "a server given by URI is not the harness's to restart"
+    message = " ".join(errors_of(client))
+    timeout_s = servers.CONNECT_TIMEOUT_S
+    assert "no MongoDB server answered" in message and f"within {timeout_s} s" in message, message
+    # the window (6 s) + in-flight operations (server selection 5 s) + the check (5 s) + margin
+    assert after_kill_s < 6 + 5 + timeout_s + 20, after_kill_s
+    assert code != 0 or run.manifest.get("has_failures"), (code, run.manifest.get("status"))
+    assert not left, f"processes left behind: {left}"
+    fault(1, given_by_uri=True, exit_code=code, mongo_pool=pool["status"], mongo_client=client["status"],
+          mongo_client_error=message[:200], seconds_from_kill_to_exit=round(after_kill_s, 1), left_behind=left)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -969,13 +994,13 @@ def test_locust_master_and_two_workers_on_loopback(locust_cluster):
 SHOP_CUSTOMERS = 200
 
 
-@pytest.fixture
-def shop(stack):
-    """A scratch database `shop_<pid>` with `customers(cid, tier)` and `bump(c)`, which writes;
-    yields its DSN, dropped after."""
+@contextmanager
+def shop_database(stack, suffix: str = ""):
+    """A scratch database `shop_<pid><suffix>` with `customers(cid, tier)` and `bump(c)`, which
+    writes; yields its DSN, dropped after."""
     import psycopg
 
-    name = f"shop_{os.getpid()}"
+    name = f"shop_{os.getpid()}{suffix}"
     admin = stack.postgres_dsn
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(f"DROP DATABASE IF EXISTS {name}")
@@ -991,6 +1016,12 @@ def shop(stack):
     finally:
         with psycopg.connect(admin, autocommit=True) as c:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def shop(stack):
+    with shop_database(stack) as dsn:
+        yield dsn
 
 
 def shop_state(dsn: str) -> tuple[int, int]:
@@ -1020,29 +1051,50 @@ WRITING_WORKLOADS = {
 }
 
 
+@pytest.fixture(scope="module")
+def refused_workloads(stack, tmp_path_factory) -> dict[str, SimpleNamespace]:
+    """`harness verify` of each WRITING_WORKLOADS case through the command line, each on a shop
+    database of its own, two at a time (each is refused before any repeat starts, so nothing is
+    measured beside it; about 15 s one after another). Per case: the command's outcome, its data
+    directory, the shop's state before and after, and the seconds the command took."""
+    root = tmp_path_factory.mktemp("refused")
+
+    def one(k: int, case: str, dsn: str) -> SimpleNamespace:
+        request, _ = WRITING_WORKLOADS[case]
+        statements = ", ".join(json.dumps(sql) for sql in request)
+        path = root / f"w{k}.toml"
+        path.write_text(f'target = "{dsn}"\n[postgres]\nrequest = [{statements}]\n'
+                        f'params.cid = {{ int = [1, {SHOP_CUSTOMERS}] }}\n[load]\nclients = 4\npools = [2]\n'
+                        'duration_s = 0.5\nwarmup_s = 0.1\nrepeats = 2\n')
+        data = root / f"data{k}"
+        before = shop_state(dsn)
+        t0 = time.monotonic()
+        out = harness("verify", str(path), "--data-dir", str(data), "--no-report", env=base_env(data), timeout=120)
+        return SimpleNamespace(out=out, data=data, before=before, after=shop_state(dsn),
+                               seconds=round(time.monotonic() - t0, 1))
+
+    cases = sorted(WRITING_WORKLOADS)
+    with ExitStack() as shops:
+        dsns = [shops.enter_context(shop_database(stack, f"_{k}")) for k in range(len(cases))]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(zip(cases, pool.map(one, range(len(cases)), cases, dsns)))
+
+
 @pytest.mark.parametrize("case", sorted(WRITING_WORKLOADS))
-def test_verify_stops_a_workload_that_would_write_in_one_line(case, shop, tmp_path, fault):
+def test_verify_stops_a_workload_that_would_write_in_one_line(case, refused_workloads, fault):
     """Each is refused before any repeat starts, by name (guard 1) or by the server in the pre-flight
     (guard 3): one line, exit 2, no run written, not one row of the shop changed."""
-    request, expected = WRITING_WORKLOADS[case]
-    statements = ", ".join(json.dumps(sql) for sql in request)
-    path = tmp_path / "w.toml"
-    path.write_text(f'target = "{shop}"\n[postgres]\nrequest = [{statements}]\n'
-                    f'params.cid = {{ int = [1, {SHOP_CUSTOMERS}] }}\n[load]\nclients = 4\npools = [2]\n'
-                    'duration_s = 0.5\nwarmup_s = 0.1\nrepeats = 2\n')
-    data = tmp_path / "data"
-    before = shop_state(shop)
-    t0 = time.monotonic()
-    out = harness("verify", str(path), "--data-dir", str(data), "--no-report", env=base_env(data), timeout=120)
-    seconds = round(time.monotonic() - t0, 1)
+    _, expected = WRITING_WORKLOADS[case]
+    got = refused_workloads[case]
+    out = got.out
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in out.stderr, out.stderr
-    runs = data / "runs"
+    runs = got.data / "runs"
     assert not runs.exists() or not any(runs.iterdir()), f"a refused workload wrote {list(runs.iterdir())}"
-    assert shop_state(shop) == before
-    fault(11, **{case: lines[0][:300], "rows_and_tier_sum_before_after": [before, shop_state(shop)],
-                 "seconds": seconds})
+    assert got.after == got.before
+    fault(11, **{case: lines[0][:300], "rows_and_tier_sum_before_after": [got.before, got.after],
+                 "seconds": got.seconds})
 
 
 @pytest.mark.parametrize("model", ["threads_psycopg", "asyncio_psycopg", "uvloop_asyncpg"])
