@@ -374,7 +374,8 @@ def summarise_cmd(run_ref, data_dir) -> None:
 def promote_cmd(run_ref, data_dir) -> None:
     """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
     summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
-    store.open_run(run_ref, data_dir)   # a wrong RUN is said before the notebook stack loads
+    # by id, since a path to it moves with it; and a wrong RUN is said before the notebook stack loads
+    run_id = store.open_run(run_ref, data_dir).id
     from . import report as report_mod
     from . import summary
     from .core import figures
@@ -382,7 +383,6 @@ def promote_cmd(run_ref, data_dir) -> None:
     for d in store.list_runs(data_dir, where=("reference",)):
         if not d["has_summary"]:   # the old reference keeps only its summary in history: write it first
             summary.write(Path(d["path"]))
-    run_id = store.open_run(run_ref, data_dir).id   # a path to it moves with it
     for line in store.promote(run_ref, data_dir):
         click.echo(line)
     reference = store.open_run(run_id, data_dir)

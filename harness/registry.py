@@ -58,15 +58,13 @@ def load(name: str, module: str) -> Experiment:
     """Experiment `name` from `module`, the module that declares it (its class's), imported alone:
     a repeat's worker then loads one family's drivers, not every family's. A module outside the
     experiments' package, or whose EXPERIMENT is not `name`, sends the lookup to the whole registry."""
-    try:
-        declared = module.startswith(f"{_pkg.__name__}.") and _source_file(module) is not None
-    except ImportError:   # a parent package that does not exist
-        declared = False
-    if declared:
-        exp = getattr(importlib.import_module(module), "EXPERIMENT", None)
-        if isinstance(exp, Experiment) and exp.name == name:
-            return exp
-    return get(name)
+    exp = None
+    if module.startswith(f"{_pkg.__name__}."):
+        try:
+            exp = getattr(importlib.import_module(module), "EXPERIMENT", None)
+        except ModuleNotFoundError:   # no such module (a failing import of a real one fails in get too)
+            pass
+    return exp if isinstance(exp, Experiment) and exp.name == name else get(name)
 
 
 def analysis_modules() -> dict[str, ModuleType]:

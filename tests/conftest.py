@@ -12,8 +12,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import pandas as pd
 import pytest
@@ -21,6 +24,8 @@ import pytest
 from harness import registry, report, study
 from harness.core import config, datasets, servers, store
 from harness.core.errors import HarnessError
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +60,14 @@ def harness(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     """`python -m harness ARGS` from the repository, as a user types it (`env` None: this process's)."""
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=config.REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def two_at_a_time(fn: Callable[..., T], *cases: Iterable[Any]) -> list[T]:
+    """`fn` over `cases` (as `map`), two calls at a time, results in order: for command-line calls
+    that measure nothing (an interpreter's start-up and one error or refusal each), which the
+    machine's two cores then finish in about half the wait. Never for a run whose figures a test reads."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(fn, *cases))
 
 
 def finished_run(data: Path, console: str = "") -> store.Run:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO_ROOT, harness, started_run
+from conftest import REPO_ROOT, harness, started_run, two_at_a_time
 
 from harness import registry
 from harness.core import store
@@ -65,10 +65,7 @@ BAD_INPUT = [
 @pytest.fixture(scope="module")
 def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProcess, Path]]:
     """Each BAD_INPUT case through the command line, with a data directory of its own, two at a
-    time: an interpreter's start-up and one error each, measuring nothing, so the machine's two
-    cores halve the wait (13 cases, about 13 s one after another)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    time (conftest `two_at_a_time`; 13 cases, about 13 s one after another)."""
     exps = list(registry.all_experiments())
     root = tmp_path_factory.mktemp("bad-input")
 
@@ -78,8 +75,7 @@ def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProce
         data.mkdir()
         return harness(*args, env=dict(os.environ, STUDY_DATA_DIR=str(data))), data
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(one, range(len(BAD_INPUT))))
+    return two_at_a_time(one, range(len(BAD_INPUT)))
 
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[f"args{i}-{m}" for i, (_, m) in enumerate(BAD_INPUT)])

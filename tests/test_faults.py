@@ -42,7 +42,7 @@ import click
 import pandas as pd
 import psutil
 import pytest
-from conftest import REPO_ROOT, SECRET, finished_run, harness
+from conftest import REPO_ROOT, SECRET, finished_run, harness, two_at_a_time
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -778,10 +778,9 @@ BAD_INPUT = [
 @pytest.fixture(scope="module")
 def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProcess, Path, float]]:
     """Each BAD_INPUT case through the command line, with a data directory of its own, two at a
-    time: each is an interpreter's start-up and one error, measuring nothing, so the machine's two
-    cores halve the wait (18 cases, about 19 s one after another). Each: its outcome, its data
-    directory and the seconds the command took (the fault table's figure: the test itself waits for
-    nothing)."""
+    time (conftest `two_at_a_time`; 18 cases, about 19 s one after another). Each: its outcome, its
+    data directory and the seconds the command took (the fault table's figure: the test itself
+    waits for nothing)."""
     root = tmp_path_factory.mktemp("bad-input")
 
     def one(i: int) -> tuple[subprocess.CompletedProcess, Path, float]:
@@ -791,8 +790,7 @@ def bad_input_outcomes(tmp_path_factory) -> list[tuple[subprocess.CompletedProce
         out = harness(*args, env=base_env(data, **env), timeout=60)
         return out, data, round(time.monotonic() - t0, 1)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(one, range(len(BAD_INPUT))))
+    return two_at_a_time(one, range(len(BAD_INPUT)))
 
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[" ".join(a[0][1:]) + (" env" if a[2] else "")
@@ -1054,8 +1052,8 @@ WRITING_WORKLOADS = {
 @pytest.fixture(scope="module")
 def refused_workloads(stack, tmp_path_factory) -> dict[str, SimpleNamespace]:
     """`harness verify` of each WRITING_WORKLOADS case through the command line, each on a shop
-    database of its own, two at a time (each is refused before any repeat starts, so nothing is
-    measured beside it; about 15 s one after another). Per case: the command's outcome, its data
+    database of its own, two at a time (conftest `two_at_a_time`: each is refused before any repeat
+    starts; about 15 s one after another). Per case: the command's outcome, its data
     directory, the shop's state before and after, and the seconds the command took."""
     root = tmp_path_factory.mktemp("refused")
 
@@ -1076,8 +1074,7 @@ def refused_workloads(stack, tmp_path_factory) -> dict[str, SimpleNamespace]:
     cases = sorted(WRITING_WORKLOADS)
     with ExitStack() as shops:
         dsns = [shops.enter_context(shop_database(stack, f"_{k}")) for k in range(len(cases))]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return dict(zip(cases, pool.map(one, range(len(cases)), cases, dsns)))
+        return dict(zip(cases, two_at_a_time(one, range(len(cases)), cases, dsns)))
 
 
 @pytest.mark.parametrize("case", sorted(WRITING_WORKLOADS))
