@@ -11,7 +11,7 @@ import pytest
 from conftest import repeat_tables
 
 from harness import registry
-from harness.core import stats
+from harness.core import placement, stats
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.postgres import analysis as postgres
 from harness.experiments.postgres.models import pool_bound_regime
@@ -81,7 +81,21 @@ def test_pg_models_shape_and_sanity(models_run):
     assert len(bound_cells) == len(p.bound_models) * len(p.bound_pools)
     assert set(bound_cells["slow_ms"]) == set(bound["db_ms"]) and set(bound_cells["model"]) == set(p.bound_models)
     assert (bound_cells["duration_s"] >= bound["window_s"].max() - 1e-9).all()
-    w = w[w["regime"] != "bound"]
+    # the split cells: the seed's slowest queries again, the client on its half of the cores
+    split_cells = w[w["regime"] == "split"]
+    assert len(split_cells) == len(p.split_models) * len(p.split_pools)
+    assert set(split_cells["model"]) == set(p.split_models) and set(split_cells["pool"]) == set(p.split_pools)
+    assert (split_cells["slow_ms"] == max(p.slow_ms)).all()
+    assert (split_cells["duration_s"] == p.split_duration_s).all()
+    server_cpus, client_cpus = placement.split_cpus()
+    assert (split_cells["client_cores"] == len(client_cpus)).all()
+    for pool in p.split_pools:
+        where = result["notes"][f"split_placement_pool{pool}"]
+        assert where["client_cpus"] == client_cpus and where["server_cpus"] == server_cpus
+        assert where["client_affinity"] == client_cpus and where["server_affinity"]
+        assert all(a == server_cpus for a in where["server_affinity"].values())
+    w = w[~w["regime"].isin(["bound", "split"])]
+    assert (w["client_cores"] == len(placement.allowed_cpus())).all()   # every core, as the study gave it
     s = s[s["variant"].isin(w["variant"])]
     expected = len(p.models) * len(p.slow_ms) * len(p.pools)
     assert len(w) == expected and w["variant"].is_unique
@@ -113,8 +127,9 @@ def test_pg_models_shape_and_sanity(models_run):
         assert row["regime"] == regime_name(row["slow_ms"])
         assert (c["variant"] == row["variant"]).sum() == p.calibration_requests
     assert (c["latency_s"] > 0).all()
-    # artifacts: one child log per variant, the bound cells' included
-    assert len(list((models_run[3] / "artifacts").glob("*.log"))) == expected + len(bound_cells)
+    # artifacts: one child log per variant, the bound and split cells' included
+    logs = len(list((models_run[3] / "artifacts").glob("*.log")))
+    assert logs == expected + len(bound_cells) + len(split_cells)
 
 
 def test_pg_models_analysis(models_run, tmp_path):
@@ -319,6 +334,24 @@ def test_limiting_resource_with_connections_in_use(busy, cpu, machine, expected)
     assert unmeasured == expected
     # at the pool bound (server busy 95% of the connections' time) the seed's rule names the pool
     assert postgres.limiting_resource("asyncio_psycopg", 95, 100, 60.0, 50, 150.0, 2, 0.0, busy, 1.12)[0] == "pool"
+
+
+def test_a_client_on_its_own_core_hits_its_ceiling_at_that_core():
+    """pg_models' split cells: the threads model's capacity is the cores the client had (one of
+    two), not the machine's; its threads' wait, summed over them, is not counted (capped at the
+    client's idle it would fill it whatever the load): they must run at 90% of their core."""
+    threads = "threads_psycopg"
+    assert postgres.limiting_resource(threads, 50, 100, 96.0, 70, 170, 2, client_cores=1)[0] == "client CPU"
+    assert postgres.limiting_resource(threads, 50, 100, 96.0, 70, 170, 2)[0] == "not identified"
+    assert postgres.limiting_resource(threads, 50, 100, 96.0, 70, 170, 2, client_cores=2)[0] == "not identified"
+    # 84% running and 2,000% waiting (summed over 200 threads): not a client at its ceiling
+    limit, reason = postgres.limiting_resource(threads, 50, 100, 84.0, 70, 160, 2, 2000.0, client_cores=1)
+    assert limit == "not identified" and "client 84%" in reason
+    limit, reason = postgres.limiting_resource(threads, 50, 100, 92.0, 70, 160, 2, 2000.0, client_cores=1)
+    assert limit == "client CPU" and reason == "client 92% of 100% available"
+    # a loop thread's wait still counts whole: it is one thread
+    assert postgres.limiting_resource("asyncio_psycopg", 50, 100, 84.0, 70, 160, 2, 8.0, client_cores=1)[0] \
+        == "client CPU"
 
 
 def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():

@@ -85,6 +85,29 @@ def test_split_for_a_run_pins_this_process_and_restores_it(pg_stack):
     assert placement.proc_status_affinity(pg_stack.postgres.pids[0]) == cpus
 
 
+def test_a_part_of_a_run_gives_the_client_cores_of_its_own_and_restores_both(pg_stack):
+    """pg_models' split cells: inside, this process (and what it starts) and the servers (and the
+    backends forked meanwhile) on disjoint halves; after, both as they were, that backend too."""
+    cpus = placement.allowed_cpus()
+    postmaster = pg_stack.postgres.pids[0]
+    before = placement.proc_status_affinity(postmaster)
+    with placement.client_alone(pg_stack) as rec:
+        assert placement.proc_status_affinity(os.getpid()) == rec["client_cpus"] == rec["client_affinity"]
+        assert placement.proc_status_affinity(postmaster) == rec["server_cpus"]
+        assert not set(rec["client_cpus"]) & set(rec["server_cpus"])
+        conn, backend = _backend_pid(pg_stack.postgres_dsn)
+        assert placement.proc_status_affinity(backend) == rec["server_cpus"]
+    with conn:
+        assert placement.proc_status_affinity(backend) == before
+    assert placement.allowed_cpus() == cpus and placement.proc_status_affinity(postmaster) == before
+    remote = servers.ServerStack(postgres=servers.Server("postgres", "postgresql://u@10.255.0.1:5432/x", "env",
+                                                         "unknown"))
+    with pytest.raises(HarnessError, match="not processes on this machine"):
+        with placement.client_alone(remote):
+            pass
+    assert placement.allowed_cpus() == cpus
+
+
 def test_a_server_given_by_uri_is_found_by_its_port(pg_stack):
     external = servers.ServerStack(postgres=servers.Server("postgres", pg_stack.postgres_dsn, "env", "unknown"))
     assert placement.server_pids(external) == [pg_stack.postgres.pids[0]]

@@ -64,7 +64,8 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   (mean_se_ms / mean_ms: the window's sample count and spread); littles_law_outside is True when
   |ratio - 1| exceeds it, or the ratio is undefined (tests/test_littles_law.py).
 - ops_per_client_min/max/median, jain: per-client completions in the window (stats.fairness_summary).
-- limit, limit_reason: the seed's decision rule (`limiting_resource`).
+- limit, limit_reason: the seed's decision rule (`limiting_resource`); client_cores: the cores the
+  client could run on (the split cells' half; NaN in runs that did not record it).
 
 Metric names: `metrics(run)` gives one row per figure and repeat (contract C1 in harness.experiments.analysis;
 ok cells only; `bottleneck` = the variant's limit in that repeat); `named(run)` the median over
@@ -72,7 +73,9 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
   pg_models.<regime>.pool<P>.<model>.<q>            per model, where
       <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none)
                | bound (the database time chosen by calibration so that the pool limits:
-                 harness.experiments.postgres.models.pool_bound_regime);
+                 harness.experiments.postgres.models.pool_bound_regime)
+               | split (the seed's 10 ms queries, the client on half the cores and the
+                 servers on the other: the client-CPU ceiling regime);
       <P> = pool size; <model> in harness.experiments.postgres.workload.MODELS;
       <q> = rps (requests/s) | p50_ms | p99_ms | mean_ms (ms) | p99_p50_ratio (ratio)
             | cpu_pct | cpu_wait_pct | server_cpu_pct | machine_cpu_pct | other_cpu_pct
@@ -148,7 +151,7 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                       server_cpu_pct: float, machine_cpu_pct: float, n_cores: int,
                       wait_pct: float = math.nan, pool_busy_frac: float = math.nan,
                       held_over_db_time: float = math.nan,
-                      pool_query_frac: float = math.nan) -> tuple[str, str]:
+                      pool_query_frac: float = math.nan, client_cores: float = math.nan) -> tuple[str, str]:
     """The seed's decision rule, then one measured step of ours, in this order: (limit, reason).
 
     pool        throughput >= 90% of pool / db_time (the seed's rule)
@@ -160,7 +163,12 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 model's wait is summed over its 200 threads, so it can exceed any core count
                 (issue 32: 338-1,579% in the reference); it counts only up to the cores the machine
                 left idle (100 x cores - machine CPU): a thread that waits while a core is idle
-                waits on the scheduler's wake-up, not for CPU the machine did not have
+                waits on the scheduler's wake-up, not for CPU the machine did not have.
+                `client_cores` (the window's, when the client had fewer cores than the machine:
+                pg_models' split cells) replaces `n_cores` here, and the threads' wait is not
+                counted: with the servers on other cores, capped at what the client left idle of
+                its own, a wait summed over 200 threads would fill that idle whatever the load,
+                so the threads must run at 90% of their cores
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
     otherwise   "not identified", with the figures that ruled the others out; where the client
@@ -176,7 +184,10 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     frac = rps / pool_bound_rps if pool_bound_rps and pool_bound_rps > 0 else math.nan
     if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
         return "pool", f"{frac:.0%} of the pool bound"
-    client_cap = 100.0 * n_cores if model.startswith("threads") else 100.0
+    own = client_cores if math.isfinite(client_cores) and 0 < client_cores < n_cores else math.nan
+    client_cap = 100.0 * (n_cores if math.isnan(own) else own) if model.startswith("threads") else 100.0
+    if model.startswith("threads") and not math.isnan(own):
+        wait_pct = math.nan   # summed over its threads it would fill any idle of the client's cores
     if model.startswith("threads") and not math.isnan(wait_pct) and not math.isnan(machine_cpu_pct):
         wait_pct = min(wait_pct, max(0.0, 100.0 * n_cores - machine_cpu_pct))
     if demand_pct(cpu_pct, wait_pct) >= BUSY * client_cap:
@@ -254,11 +265,15 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
         held_over_db = held_ms / (db_time * 1000.0) if db_time > 0 else math.nan
         pool_busy = w.get("pool_held_s", math.nan) / (w["pool"] * w["wall_s"])
         pool_query = w.get("pool_query_s", math.nan) / (w["pool"] * w["wall_s"])
+        cores_read = w.get("client_cores")   # absent in runs before the split cells
+        client_cores = float(cores_read) if cores_read is not None and pd.notna(cores_read) else math.nan
         limit, reason = limiting_resource(w["model"], rps, pool_bound, cpu_pct, server_pct,
-                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db, pool_query)
+                                          machine_pct, n_cores, wait_pct, pool_busy, held_over_db, pool_query,
+                                          client_cores)
         rows.append({
             "repeat": w["repeat"], "variant": w["variant"], "model": w["model"],
             "regime": w["regime"], "slow_ms": w["slow_ms"], "pool": w["pool"], "clients": w["clients"],
+            "client_cores": client_cores,
             "requests": int(w["ops"]), "completed": completed, "errors": int(w["errors"]),
             "wall_s": w["wall_s"], "rps": rps, "rps_definition": rps_definition,
             **lat,
@@ -379,6 +394,8 @@ def one_configuration(frame: pd.DataFrame) -> pd.DataFrame:
 def config_label(regime: str, slow_ms: float, pool: int) -> str:
     if regime == "bound":
         return f"pool-bound by calibration ({slow_ms:g} ms queries), pool {pool}"
+    if regime == "split":
+        return f"{slow_ms:g} ms queries, pool {pool}, client on a core of its own"
     return f"{f'{slow_ms:g} ms queries' if regime == 'slow' else 'fast queries'}, pool {pool}"
 
 

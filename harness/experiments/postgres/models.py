@@ -21,6 +21,18 @@ of `bound_models` runs at it, named `<model>[regime=bound,pool=<n>]`. The choice
 `bound_regime` table; a regime out of reach skips its cells with the reason. The seed's literal
 cells (10 ms, pool 20) stay, as the seed's parameters and whatever regime they give here.
 
+The client-CPU ceiling regime, reached by placement (`split_pools`; regime `split`): the seed's
+"threads hit the CPU ceiling" at 10 ms and pool 50 needs a client whose cores are all busy. On two
+cores shared with the server no model gets there: in fourteen runs threads + psycopg ran at 84-117%
+of a core with the machine at 156-171% of its 200%, so no label applied and lesson 002-decide read
+`premise not met`. So, after the bound cells, the seed's slowest cells at each split pool run again
+with the servers on one half of the cores and the client on the other
+(`harness.core.placement.client_alone`: the client's ceiling is then the cores it has), named
+`<model>[regime=split,pool=<n>]`, over a `split_duration_s` window; the windows record
+`client_cores`, which the analysis uses as the client's capacity. Servers that are not processes
+on this machine (Docker, a URI elsewhere) or a single core cannot be split: the cells are skipped
+with the reason, before any is measured.
+
 Tables (one repeat):
 - `samples`: variant, task (client id 0..clients-1), start_s (since the window opened), latency_s,
   ok, wait_s (waiting for a pooled connection), hold_s (connection held by the request), error,
@@ -37,7 +49,8 @@ Tables (one repeat):
   process on the machine, all cores: shows other load on a shared machine),
   server_procs_open/close, model, regime,
   slow_ms, pool, clients, duration_s, warmup_s, rows, loop, driver, loop_impl,
-  psycopg_autocommit, calibration_requests, gil_enabled, python, threads_in_process.
+  psycopg_autocommit, calibration_requests, gil_enabled, python, threads_in_process,
+  client_cores (the cores the child may run on: half of them in the split cells).
 - `calibration`: variant, model, regime, slow_ms, pool, latency_s: requests issued one at a time
   by one client after the measured phase, on the warm pool (nothing queues); their median is the
   per-request database time from which `harness.experiments.postgres.analysis` derives the pool bound
@@ -59,11 +72,12 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pandas as pd
 
-from ...core import datasets, stats
+from ...core import datasets, placement, stats
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
@@ -99,6 +113,12 @@ class PgModelsParams(Params):
     bound_warmup_cycles: int = 3
     bound_step_ms: float = 5.0                   # the database time is rounded up to a multiple of it
     bound_max_window_s: float = 40.0             # longer than this: the regime is out of reach, said so
+    # The client-CPU ceiling regime reached by placement (issue 35, lesson 002-decide): the seed's
+    # slowest cells at these pools again, the client on half the cores and the servers on the
+    # other. () = off.
+    split_pools: tuple[int, ...] = (50,)
+    split_models: tuple[str, ...] = SEED_MODELS
+    split_duration_s: float = 5.0                # measured window per split cell
 
     def validate(self) -> None:
         super().validate()
@@ -113,8 +133,11 @@ class PgModelsParams(Params):
         self.require_positive("bound_client_cores", "bound_machine_share", "bound_cycles",
                               "bound_step_ms", "bound_max_window_s")
         self.require_non_negative("bound_warmup_cycles")
-        if any(pool < 1 for pool in self.bound_pools):
-            raise HarnessError(f"parameter bound_pools must hold positive pool sizes, got {self.bound_pools!r}")
+        self.require_choice("split_models", MODELS)
+        self.require_positive("split_duration_s")
+        for name in ("bound_pools", "split_pools"):
+            if any(pool < 1 for pool in getattr(self, name)):
+                raise HarnessError(f"parameter {name} must hold positive pool sizes, got {getattr(self, name)!r}")
 
     def child_timeout_s(self, slow_ms: float, warmup_s: float | None = None, duration_s: float | None = None) -> float:
         calibration = self.calibration_requests * (slow_ms / 1000.0 + 0.05)
@@ -133,6 +156,13 @@ BOUND = "bound"   # the calibrated pool-bound regime's name in the tables and me
 def bound_variant_name(model: str, pool: int) -> str:
     """A calibrated cell's name: the same in every repeat, whatever database time that repeat chose."""
     return variant_id(model, regime=BOUND, pool=pool)
+
+
+SPLIT = "split"   # the client-CPU ceiling regime's name: the seed's slow cells, client and servers on their own cores
+
+
+def split_variant_name(model: str, pool: int) -> str:
+    return variant_id(model, regime=SPLIT, pool=pool)
 
 
 def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int, clients: int,
@@ -257,14 +287,15 @@ class PgModels(Experiment):
     params_type = PgModelsParams
     profiles = {
         "seed": {},
-        "full": {"duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20},
+        "full": {"duration_s": 2.0, "warmup_s": 0.5, "calibration_requests": 20, "split_duration_s": 4.0},
         # quick: pool 20 only (the seed's first comparison), 1 s windows
         "quick": {"clients": 100, "pools": (20,), "duration_s": 1.0, "warmup_s": 0.3,
-                  "calibration_requests": 20},
+                  "calibration_requests": 20, "split_pools": (20,), "split_duration_s": 1.0},
         "smoke": {"clients": 8, "pools": (4,), "duration_s": 0.4, "warmup_s": 0.2,
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0,
                   "bound_pools": (4,),
-                  "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0},
+                  "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0,
+                  "split_pools": (4,), "split_duration_s": 0.4},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 8, "seed": 10}   # full: docs/POWER.md (002-cpu, -tail need 6)
     analysis = "harness.experiments.postgres.analysis"
@@ -311,9 +342,12 @@ class PgModels(Experiment):
                 failed.append(spec.variant)
         for pool in p.bound_pools:
             failed += self._run_bound(ctx, p, pool, dsn, pid)
+        for pool in p.split_pools:
+            failed += self._run_split(ctx, p, pool, dsn, pid)
         ctx.note("load_average_after", list(os.getloadavg()))
         ctx.note("variants_failed", failed)
-        total = len(p.slow_ms) * len(p.pools) * len(p.models) + len(p.bound_pools) * len(p.bound_models)
+        total = (len(p.slow_ms) * len(p.pools) * len(p.models) + len(p.bound_pools) * len(p.bound_models)
+                 + len(p.split_pools) * len(p.split_models))
         if len(failed) == total:
             raise HarnessError(f"all {total} variants failed; see the failures table and artifacts")
 
@@ -360,6 +394,37 @@ class PgModels(Experiment):
             if not run_in_child(ctx, spec, timeout, f"{model}_{BOUND}_pool{pool}"):
                 failed.append(spec.variant)
         return failed
+
+
+    def _run_split(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None) -> list[str]:
+        """The split cells of one pool: the seed's slowest queries, every model of `split_models`
+        with the client on half the cores and the servers on the other (`placement.client_alone`,
+        undone after the pool's cells). Returns the variants that failed; a placement that cannot
+        be set skips every cell with the reason, before any is measured."""
+        names = {model: split_variant_name(model, pool) for model in p.split_models}
+        slow = max(p.slow_ms)
+        with ExitStack() as stack:
+            try:
+                where = stack.enter_context(placement.client_alone(ctx.servers))
+            except HarnessError as e:
+                for name in names.values():
+                    ctx.skip(name, f"client-CPU ceiling regime out of reach at pool {pool}: {e}")
+                return []
+            ctx.note(f"split_placement_pool{pool}", where)
+            ctx.log.info("split cells at pool %d: servers on cores %s, client on %s", pool,
+                         where["server_cpus"], where["client_cpus"])
+            failed = []
+            for model in ctx.order(p.split_models):
+                spec = VariantSpec(
+                    variant=names[model], model=model, dsn=dsn, pool=pool, clients=p.clients, slow_ms=slow,
+                    warmup_s=p.warmup_s, duration_s=p.split_duration_s, rows=p.rows, seed=p.seed,
+                    calibration_requests=p.calibration_requests, postmaster_pid=pid,
+                    psycopg_autocommit=p.psycopg_autocommit, regime=SPLIT)
+                ctx.log.info("running %s", spec.variant)
+                timeout = p.child_timeout_s(slow, duration_s=spec.duration_s)
+                if not run_in_child(ctx, spec, timeout, f"{model}_{SPLIT}_pool{pool}"):
+                    failed.append(spec.variant)
+            return failed
 
 
 def _earlier_choice(ctx: Context, pool: int) -> dict | None:

@@ -265,7 +265,8 @@ def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> 
                    cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, cpu_wait_s=w.cpu_wait_s,
                    server_cpu_s=s1 - s0,
                    machine_busy_s=m1 - m0, server_procs_open=procs0,
-                   server_procs_close=server.processes, threads_in_process=threading.active_count())
+                   server_procs_close=server.processes, threads_in_process=threading.active_count(),
+                   client_cores=len(os.sched_getaffinity(0)))  # 1 in pg_models' split cells
     finally:
         state.stop = True
 
