@@ -217,14 +217,15 @@ def client_alone(stack: ServerStack) -> Iterator[dict[str, Any]]:
     """For part of a run (pg_models' `split` cells): the servers on one half of the cores that this
     process and the servers may use now, this process (and every child it starts) on the other
     half; on exit each server's process tree and this process get back the affinity they had.
-    Raises HarnessError, before pinning anything, when split cannot be set here (servers that are
-    not processes on this machine, or fewer than 2 cores)."""
+    Raises HarnessError when split cannot be set here (servers that are not processes on this
+    machine, or fewer than 2 cores: before pinning anything; a server that cannot be pinned: after
+    restoring those already pinned)."""
     before_self = allowed_cpus()
     roots = server_pids(stack)
     before_roots = {pid: affinity(pid) for pid in roots}
     cpus = sorted(set(before_self).union(*(set(a) for a in before_roots.values() if a)))
-    record = apply(stack, "split", cpus)
     try:
+        record = apply(stack, "split", cpus)   # may fail after pinning some servers: restored below
         record["client_affinity"] = set_client(record["client_cpus"])
         yield record
     finally:
