@@ -200,38 +200,33 @@ def applied(stack: ServerStack, placement: str) -> Iterator[dict[str, Any]]:
                "server_root_pids": server_pids(stack), "study_process_affinity": before_self,
                "note": "client and servers share every core (affinities left as they were)"}
         return
-    record = apply(stack, placement, before_self)
-    record["study_process_affinity"] = set_client(record["client_cpus"])
-    try:
+    with client_alone(stack, before_self) as record:
+        record["study_process_affinity"] = record.pop("client_affinity")
         yield record
-    finally:
-        os.sched_setaffinity(0, set(before_self))
-        try:
-            pin(server_pids(stack), before_self)
-        except HarnessError:
-            pass  # a server that stopped meanwhile has nothing to restore
 
 
 @contextmanager
-def client_alone(stack: ServerStack) -> Iterator[dict[str, Any]]:
-    """For part of a run (pg_models' `split` cells): the servers on one half of the cores that this
-    process and the servers may use now, this process (and every child it starts) on the other
-    half; on exit each server's process tree and this process get back the affinity they had.
-    Raises HarnessError when split cannot be set here (servers that are not processes on this
-    machine, or fewer than 2 cores: before pinning anything; a server that cannot be pinned: after
-    restoring those already pinned)."""
+def client_alone(stack: ServerStack, cpus: Iterable[int] | None = None) -> Iterator[dict[str, Any]]:
+    """Split for as long as the context lasts (a whole run, `applied`; pg_models' `split` cells):
+    the servers on the first half of `cpus` (default: every core this process and the servers may
+    use now), this process (and every child it starts) on the other half. On exit this process and
+    each server's process tree get back the affinity they had; a server started meanwhile (a
+    restart) gets every core of `cpus`. Raises HarnessError when split cannot be set here (servers
+    that are not processes on this machine, or fewer than 2 cores: before pinning anything; a
+    server that cannot be pinned: after restoring those already pinned)."""
     before_self = allowed_cpus()
-    roots = server_pids(stack)
-    before_roots = {pid: affinity(pid) for pid in roots}
-    cpus = sorted(set(before_self).union(*(set(a) for a in before_roots.values() if a)))
+    before_roots = {pid: affinity(pid) for pid in server_pids(stack)}
+    if cpus is None:
+        cpus = set(before_self).union(*(set(a) for a in before_roots.values() if a))
+    cpus = sorted(cpus)
     try:
         record = apply(stack, "split", cpus)   # may fail after pinning some servers: restored below
         record["client_affinity"] = set_client(record["client_cpus"])
         yield record
     finally:
         os.sched_setaffinity(0, set(before_self))
-        for pid, was in before_roots.items():
+        for pid in dict.fromkeys([*before_roots, *server_pids(stack)]):
             try:
-                pin([pid], was or cpus)
+                pin([pid], before_roots.get(pid) or cpus)
             except HarnessError:
                 pass  # a server that stopped meanwhile has nothing to restore
