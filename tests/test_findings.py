@@ -222,6 +222,10 @@ def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
     assert findings.pooled_text(None).startswith("— (no committed run")
     one = {"k": 1, "pooled": False, "runs": ("20990101T000000Z-full-abcd",)}
     assert findings.pooled_text(one) == "1 run (abcd): its own interval; pooling needs runs from 2 boots"
+    # a run of the same versions whose row gave no interval (another boot, a premise not met) is named
+    unmet = {**one, "not_poolable": {"20990102T000000Z-full-ef01": "no estimate (premise not met)"}}
+    assert findings.pooled_text(unmet) == ("1 run (abcd): its own interval; pooling needs runs from 2 boots; "
+                                           "ef01 not pooled: no estimate (premise not met)")
     three = {"k": 3, "pooled": True, "estimate": 2.5, "ci_low": 2.1, "ci_high": 3.0, "pi_low": 1.6, "pi_high": 3.9,
              "verdict": "reproduced", "agree_text": "3 of 3 runs agree"}
     assert findings.pooled_text(three) == ("2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9 (90% prediction); "

@@ -485,8 +485,15 @@ def test_a_forest_plot_draws_each_run_the_pooled_diamond_and_the_prediction_inte
     fig2, empty = plt.subplots()
     forest.draw(empty, None, None, "002-cpu")
     assert not empty.axison and "no run gives an interval" in [t.get_text() for t in empty.texts]
+    # one run pooled, a run of the same versions without an interval: the caption names it
+    fig3, one = plt.subplots()
+    forest.draw(one, {**pooled, "pooled": False, "per_run": pooled["per_run"][:1],
+                      "not_poolable": {"20261204T000000Z-full-dddd": "no estimate (premise not met)"}}, row, "x")
+    assert one.get_xlabel().replace("\n", " ") == ("one run: its own interval; dddd: no estimate (premise not "
+                                                     "met)")
     plt.close(fig)
     plt.close(fig2)
+    plt.close(fig3)
 
 
 def test_a_newest_run_without_an_interval_is_not_replaced_by_older_runs_of_other_code():

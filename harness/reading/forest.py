@@ -80,4 +80,7 @@ def draw(ax: Any, pooled: Mapping[str, Any] | None, row: Mapping[str, Any] | Non
     verdict = (pooled or {}).get("verdict") or ""
     note = (f"{verdict}; {pooled['agree_text']}" if pooled and pooled.get("pooled")
             else "one run: its own interval")
+    # runs of these versions whose row gave no interval (a premise not met): named, never dropped silently
+    note += "".join(f"; {short_id(r)}: {why}"
+                    for r, why in sorted(((pooled or {}).get("not_poolable") or {}).items()))
     ax.set_xlabel(textwrap.fill(note, 70), fontsize=6)    # "k of K runs agree (...)" names every other run
