@@ -376,30 +376,26 @@ def _cell(text: str) -> str:
 
 def pooled_text(p: Mapping[str, Any] | None) -> str:
     """A lesson's primary row pooled across boots (`pooling.pooled_lessons`, one row of its frame):
-    the pooled estimate with the 90% prediction interval for a new run, and how many runs agree."""
+    the pooled estimate with the 90% prediction interval for a new run, how many runs agree, and the
+    runs of these versions left out for want of an interval (`pooling.unpooled`)."""
     if p is None or not p.get("k"):
         why = p.get("pi_reason") if p is not None else None
         return f"— ({why or 'no committed run of these versions gives an interval'})"
+    return _estimate_text(p) + "".join(f"; {run} not pooled: {why}" for run, why in pooling.unpooled(p))
+
+
+def _estimate_text(p: Mapping[str, Any]) -> str:
     if not p.get("pooled"):
-        return (f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
-                + _unpooled_text(p))
+        return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
     text = (f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over "
             f"{pooling.over(p['k'], p.get('n_runs'))}")
     if p.get("verdict") == TOO_FEW_BOOTS:
-        return (f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; "
-                f"{p['agree_text']}" + _unpooled_text(p))
+        return f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; {p['agree_text']}"
     if p.get("pi_low") is not None:
         text += f"; a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction)"
     else:
         text += f"; no prediction interval ({p.get('pi_reason') or 'it needs 3 boots'})"
-    return f"{text}; **{p['verdict']}**, {p['agree_text']}" + _unpooled_text(p)
-
-
-def _unpooled_text(p: Mapping[str, Any]) -> str:
-    """The runs of the same versions left out because their row gives no interval (a premise not
-    met, say): a reader of one run's interval must know that another boot could not judge it."""
-    left = p.get("not_poolable") or {}
-    return "".join(f"; {pooling.short_id(run)} not pooled: {why}" for run, why in sorted(left.items()))
+    return f"{text}; **{p['verdict']}**, {p['agree_text']}"
 
 
 def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT) -> dict[str, Mapping[str, Any]]:

@@ -590,6 +590,13 @@ def short_id(run_id: str) -> str:
     return run_id.rsplit("-", 1)[-1]
 
 
+def unpooled(row: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(short run id, reason) for each run of the row's key left out because its row gave no
+    interval (`not_poolable`: a premise not met, say), oldest first: a reader shown the other runs'
+    figure must be told which runs could not judge the lesson."""
+    return [(short_id(run), why) for run, why in sorted(((row or {}).get("not_poolable") or {}).items())]
+
+
 COLUMNS = ("claim_id", "comparison", "k", "n_runs", "runs", "estimate", "ci_low", "ci_high", "ci_level", "pi_low",
            "pi_high", "pi_reason", "tau2", "i2", "q", "sigma2_run", "run_df", "log_estimate", "log_se",
            "log_ci_low", "log_ci_high", "log_pi_low", "log_pi_high", "method", "pooled", "verdict", "agree",

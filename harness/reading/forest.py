@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..core import num
-from ..core.pooling import over, short_id
+from ..core.pooling import over, short_id, unpooled
 
 RUN_COLOUR, POOLED_COLOUR, BAND_COLOUR = "0.25", "tab:blue", "tab:green"
 
@@ -80,7 +80,5 @@ def draw(ax: Any, pooled: Mapping[str, Any] | None, row: Mapping[str, Any] | Non
     verdict = (pooled or {}).get("verdict") or ""
     note = (f"{verdict}; {pooled['agree_text']}" if pooled and pooled.get("pooled")
             else "one run: its own interval")
-    # runs of these versions whose row gave no interval (a premise not met): named, never dropped silently
-    note += "".join(f"; {short_id(r)}: {why}"
-                    for r, why in sorted(((pooled or {}).get("not_poolable") or {}).items()))
+    note += "".join(f"; {run}: {why}" for run, why in unpooled(pooled))   # named, never dropped silently
     ax.set_xlabel(textwrap.fill(note, 70), fontsize=6)    # "k of K runs agree (...)" names every other run
