@@ -14,7 +14,7 @@ from harness import registry
 from harness.core import placement, stats
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.postgres import analysis as postgres
-from harness.experiments.postgres.models import pool_bound_regime
+from harness.experiments.postgres.models import pool_bound_regime, split_client_share
 from harness.experiments.postgres.workload import MODELS, regime_name
 
 pytestmark = pytest.mark.timeout(600)   # the first test may wait for the session's smoke run (~300 s)
@@ -88,13 +88,31 @@ def test_pg_models_shape_and_sanity(models_run):
     assert (split_cells["slow_ms"] == max(p.slow_ms)).all()
     assert (split_cells["duration_s"] == p.split_duration_s).all()
     server_cpus, client_cpus = placement.split_cpus()
-    assert (split_cells["client_cores"] == len(client_cpus)).all()
+    # the share was chosen by the probe, on the split placement, before the split cells
+    split = tables["split_regime"]
+    probe = w[w["regime"] == "split_probe"]
+    assert len(split) == len(p.split_pools) and split["probe_ok"].all() and split["reachable"].all(), \
+        split.to_dict("records")
+    assert len(probe) == len(p.split_pools) and (probe["model"] == p.split_probe_model).all()
+    assert (probe["client_cores"] == len(client_cpus)).all()   # the probe has the whole core
+    for _, r in split.iterrows():
+        cell = probe[probe["variant"] == r["probe_variant"]].iloc[0]
+        assert r["client_us"] == pytest.approx(1e6 * cell["cpu_s"] / cell["completed"])
+        again = split_client_share(r["client_us"], r["server_us"], r["db_ms"], int(r["pool"]), len(client_cpus),
+                                   len(server_cpus), p.split_pool_headroom, p.split_server_share,
+                                   p.split_core_step, p.split_min_cores)
+        assert r["share_cores"] == pytest.approx(again["share_cores"]) and r["quota"] == again["quota"]
+        mine = split_cells[split_cells["pool"] == r["pool"]]
+        # each split cell's client read back the share as its capacity, and ran within it
+        share = r["share_cores"] if r["quota"] else len(client_cpus)
+        assert len(mine) and ((mine["client_cores"] - share).abs() < 1e-9).all(), (share, mine["client_cores"])
+        assert (mine["cpu_s"] <= mine["client_cores"] * mine["wall_s"] + 0.03).all(), mine[["cpu_s", "wall_s"]]
     for pool in p.split_pools:
         where = result["notes"][f"split_placement_pool{pool}"]
         assert where["client_cpus"] == client_cpus and where["server_cpus"] == server_cpus
         assert where["client_affinity"] == client_cpus and where["server_affinity"]
         assert all(a == server_cpus for a in where["server_affinity"].values())
-    w = w[~w["regime"].isin(["bound", "split"])]
+    w = w[~w["regime"].isin(["bound", "split", "split_probe"])]
     assert (w["client_cores"] == len(placement.allowed_cpus())).all()   # every core, as the study gave it
     s = s[s["variant"].isin(w["variant"])]
     expected = len(p.models) * len(p.slow_ms) * len(p.pools)
@@ -129,7 +147,7 @@ def test_pg_models_shape_and_sanity(models_run):
     assert (c["latency_s"] > 0).all()
     # artifacts: one child log per variant, the bound and split cells' included
     logs = len(list((models_run[3] / "artifacts").glob("*.log")))
-    assert logs == expected + len(bound_cells) + len(split_cells)
+    assert logs == expected + len(bound_cells) + len(split_cells) + len(probe)
 
 
 def test_pg_models_analysis(models_run, tmp_path):
@@ -328,7 +346,7 @@ def test_limiting_resource_with_connections_in_use(busy, cpu, machine, expected)
                                                busy, 1.12)
     assert limit == expected
     if busy >= 0.9 and expected == "not identified":
-        assert "kept by the client 96%" in reason and "busy at the server 80%" in reason and "1.12x" in reason
+        assert "kept by the client 96%" in reason and "80% of the pool bound" in reason and "1.12x" in reason
     # unmeasured (runs from before the child recorded it): the same label, from the seed's rule alone
     unmeasured = postgres.limiting_resource("asyncio_psycopg", 80, 100, cpu, 50, machine, 2, 0.0)[0]
     assert unmeasured == expected
@@ -352,6 +370,58 @@ def test_a_client_on_its_own_core_hits_its_ceiling_at_that_core():
     # a loop thread's wait still counts whole: it is one thread
     assert postgres.limiting_resource("asyncio_psycopg", 50, 100, 84.0, 70, 160, 2, 8.0, client_cores=1)[0] \
         == "client CPU"
+
+
+def test_a_client_held_to_a_share_of_its_core_hits_its_ceiling_at_that_share():
+    """Under a CPU quota (split cells on a fast client) the capacity is the share the client read
+    back: the threads at 61% of a 0.65 share are at their ceiling, and so is a loop thread; the same
+    figures with a whole core are not."""
+    assert postgres.limiting_resource("threads_psycopg", 50, 100, 61.0, 40, 101, 2, client_cores=0.65)[0] \
+        == "client CPU"
+    assert postgres.limiting_resource("threads_psycopg", 50, 100, 61.0, 40, 101, 2, client_cores=1)[0] \
+        == "not identified"
+    limit, reason = postgres.limiting_resource("asyncio_psycopg", 50, 100, 62.0, 40, 102, 2, 0.0, client_cores=0.65)
+    assert limit == "client CPU"
+    assert reason == "client 62% running + 0% waiting for a core or its CPU quota, of 65% available"
+    assert postgres.limiting_resource("asyncio_psycopg", 50, 100, 62.0, 40, 102, 2, 0.0, client_cores=1)[0] \
+        == "not identified"
+
+
+def test_the_split_share_puts_the_threads_ceiling_below_the_pool_and_the_server():
+    """`split_client_share`: a slow client keeps its whole core; a fast one gets the share at which
+    its ceiling is the pool's bound over 1.5 or 70% of the server's core, whichever is lower, rounded
+    down; a slower client (more CPU per request) gets a larger share; below the floor, out of reach."""
+    from harness.experiments.postgres.models import split_client_share
+
+    # run da6c's split threads (422 us client, 392 us server per request): the server's core binds
+    slow = split_client_share(422.0, 392.0, 10.5, 50, client_cores=1, server_cores=1)
+    assert slow["reachable"] and slow["quota"] and slow["limited_by"] == "server CPU"
+    assert slow["share_cores"] == pytest.approx(0.75) and slow["by_pool_cores"] > 1
+    assert slow["server_cores_needed"] <= 0.7 + 1e-9
+    # run 3d1a's (202 us, 182 us): the pool binds first, at a smaller share
+    fast = split_client_share(202.0, 182.0, 10.5, 50, client_cores=1, server_cores=1)
+    assert fast["reachable"] and fast["quota"] and fast["limited_by"] == "pool"
+    assert fast["share_cores"] == pytest.approx(0.60)   # 0.641 rounded down to 0.05
+    assert fast["ceiling_rps"] <= fast["pool_bound_rps"] / 1.5 + 1e-6
+    assert fast["pool_bound_rps"] == pytest.approx(50 * 1000 / 10.5)
+    assert slow["share_cores"] > fast["share_cores"]
+    # a client slow enough for a whole core, a cheap server: no quota
+    whole = split_client_share(900.0, 100.0, 10.5, 50, client_cores=1, server_cores=1)
+    assert whole["reachable"] and not whole["quota"] and whole["share_cores"] == 1.0
+    assert whole["limited_by"] == "client cores"
+    # a server elsewhere (its CPU unknown): the pool's condition alone
+    remote = split_client_share(202.0, math.nan, 10.5, 50, client_cores=1, server_cores=1)
+    assert remote["limited_by"] == "pool" and math.isnan(remote["server_cores_needed"])
+
+
+def test_a_split_share_out_of_reach_says_why_before_measuring():
+    from harness.experiments.postgres.models import split_client_share
+
+    tiny = split_client_share(100.0, 900.0, 10.5, 50, client_cores=1, server_cores=1)
+    assert not tiny["reachable"] and "below split_min_cores=0.2" in tiny["reason"]
+    assert "server CPU" in tiny["reason"]
+    none = split_client_share(math.nan, 180.0, 10.5, 50, client_cores=1, server_cores=1)
+    assert not none["reachable"] and "no client CPU per request" in none["reason"]
 
 
 def test_held_in_window_clips_every_span_to_the_window_and_the_next_hand_over():

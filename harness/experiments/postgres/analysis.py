@@ -165,16 +165,21 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 left idle (100 x cores - machine CPU): a thread that waits while a core is idle
                 waits on the scheduler's wake-up, not for CPU the machine did not have.
                 `client_cores` (the window's, when the client had fewer cores than the machine:
-                pg_models' split cells) replaces `n_cores` here, and the threads' wait is not
+                pg_models' split cells, read back by the client under its affinity and CPU quota)
+                replaces `n_cores` here (and caps the loop thread's core when it is a share of
+                one), and the threads' wait is not
                 counted: with the servers on other cores, capped at what the client left idle of
                 its own, a wait summed over 200 threads would fill that idle whatever the load,
                 so the threads must run at 90% of their cores
     machine CPU every core of the machine near 100% busy (client, server and anything else on a
                 shared machine; client + server when the machine-wide figure is missing)
     otherwise   "not identified", with the figures that ruled the others out; where the client
-                kept the connections >= 90% of the window (`pool_busy_frac`) while the server
-                worked on them less (`rps / pool_bound`), the reason says so: the connections
-                waited on the client. That is no pool limit: with more clients than connections,
+                kept the connections >= 90% of the window (`pool_busy_frac`) while the throughput
+                stayed below the pool bound at the unloaded database time (`rps / pool_bound`),
+                the reason says so: each request held its connection longer than its database time
+                alone, because its statements ran slower under load or the client was late between
+                them (run 3d1a: statements 95% of the window, the client's core 76% busy), and
+                these figures do not tell which. That is no pool limit: with more clients than connections,
                 and an asyncpg hand-over that counts as held, the client's view is near 100%
                 whatever limits (issue 32), so it names no resource.
 
@@ -185,7 +190,10 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if frac >= BUSY:  # as every family's resources: saturated at BUSY (90%) of capacity
         return "pool", f"{frac:.0%} of the pool bound"
     own = client_cores if math.isfinite(client_cores) and 0 < client_cores < n_cores else math.nan
-    client_cap = 100.0 * (n_cores if math.isnan(own) else own) if model.startswith("threads") else 100.0
+    if model.startswith("threads"):
+        client_cap = 100.0 * (n_cores if math.isnan(own) else own)
+    else:   # one loop thread: one core, or the share of one a CPU quota left the client
+        client_cap = 100.0 * (1.0 if math.isnan(own) else min(1.0, own))
     if model.startswith("threads") and not math.isnan(own):
         wait_pct = math.nan   # summed over its threads it would fill any idle of the client's cores
     if model.startswith("threads") and not math.isnan(wait_pct) and not math.isnan(machine_cpu_pct):
@@ -193,7 +201,8 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if demand_pct(cpu_pct, wait_pct) >= BUSY * client_cap:
         if math.isnan(wait_pct):
             return "client CPU", f"client {cpu_pct:.0f}% of {client_cap:.0f}% available"
-        return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for a core, "
+        waiting = "a core or its CPU quota" if client_cap < 100.0 else "a core"   # throttled time counts as waiting
+        return "client CPU", (f"client {cpu_pct:.0f}% running + {wait_pct:.0f}% waiting for {waiting}, "
                               f"of {client_cap:.0f}% available")
     busy = machine_cpu_pct if not math.isnan(machine_cpu_pct) else cpu_pct + server_cpu_pct
     if not math.isnan(busy) and busy >= BUSY * 100.0 * n_cores:
@@ -203,10 +212,11 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
     if pool_busy_frac >= BUSY:
         running = ("" if math.isnan(pool_query_frac) else
                    f", running the client's statements {pool_query_frac:.0%}")
-        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window{running} but "
-                                  f"busy at the server {frac:.0%} (each held {held_over_db_time:.2f}x its database "
-                                  f"time): they waited on the client; client {cpu_pct:.0f}%, server {server}, "
-                                  f"machine {busy:.0f}% of {100 * n_cores}%")
+        return "not identified", (f"connections kept by the client {pool_busy_frac:.0%} of the window{running}, "
+                                  f"throughput {frac:.0%} of the pool bound (each request held its connection "
+                                  f"{held_over_db_time:.2f}x its database time alone): statements slower under "
+                                  f"load or a client late between them, the figures do not tell which; client "
+                                  f"{cpu_pct:.0f}%, server {server}, machine {busy:.0f}% of {100 * n_cores}%")
     busy_pool = "" if math.isnan(pool_busy_frac) else f", connections in use {pool_busy_frac:.0%}"
     return "not identified", (f"{frac:.0%} of pool bound{busy_pool}, client {cpu_pct:.0f}%, server {server}, "
                               f"machine {busy:.0f}% of {100 * n_cores}%")
@@ -395,7 +405,9 @@ def config_label(regime: str, slow_ms: float, pool: int) -> str:
     if regime == "bound":
         return f"pool-bound by calibration ({slow_ms:g} ms queries), pool {pool}"
     if regime == "split":
-        return f"{slow_ms:g} ms queries, pool {pool}, client on a core of its own"
+        return f"{slow_ms:g} ms queries, pool {pool}, client on a core of its own (or a share of it)"
+    if regime == "split_probe":
+        return f"{slow_ms:g} ms queries, pool {pool}, client on a core of its own: the probe choosing its share"
     return f"{f'{slow_ms:g} ms queries' if regime == 'slow' else 'fast queries'}, pool {pool}"
 
 
@@ -407,6 +419,15 @@ def bound_regime(run: Run) -> pd.DataFrame:
     if "pg_models" not in run.experiments:
         return pd.DataFrame()
     return run.table("pg_models", "bound_regime").rename(columns={"pilot_model": "cost_model", "pilot_ok": "cost_ok"})
+
+
+def split_regime(run: Run) -> pd.DataFrame:
+    """The split cells' client share, one row per repeat and split pool (pg_models' `split_regime`
+    table: the probe's CPU per request and database time, and the share they gave); empty for runs
+    before the probe (they gave the client its whole core)."""
+    if "pg_models" not in run.experiments:
+        return pd.DataFrame()
+    return run.table("pg_models", "split_regime")
 
 
 def seed_table(run: Run) -> pd.DataFrame:
@@ -457,7 +478,9 @@ _UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher
           "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
           "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
           "tps": ("transactions/s", "higher"), "chosen_db_ms": ("ms", ""), "chosen_client_cores_needed": ("cores", ""),
-          "chosen_machine_cores_needed": ("cores", ""), "cost_client_us": ("us", "")}
+          "chosen_machine_cores_needed": ("cores", ""), "cost_client_us": ("us", ""),
+          "chosen_share_cores": ("cores", ""), "chosen_ceiling_rps": ("req/s", ""),
+          "chosen_server_cores_needed": ("cores", ""), "probe_client_us": ("us", ""), "probe_server_us": ("us", "")}
 MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
                     "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
                     "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
@@ -513,12 +536,18 @@ def metrics(run: Run) -> pd.DataFrame:
                     den = float(by_model.at[b, q])
                     put("pg_models", base, f"{q}_ratio.{a}_over_{b}", rep,
                         float(by_model.at[a, q]) / den if den else math.nan)
-    for _, r in bound_regime(run).iterrows():
-        if bool(r["reachable"]):
-            base = f"bound.pool{int(r['pool'])}"
-            for q in ("db_ms", "client_cores_needed", "machine_cores_needed"):
-                put("pg_models", base, f"chosen_{q}", r["repeat"], r[q])
-            put("pg_models", base, "cost_client_us", r["repeat"], r["client_us"])
+    chosen = ((bound_regime(run), "bound", ("db_ms", "client_cores_needed", "machine_cores_needed"),
+               {"cost_client_us": "client_us"}),
+              (split_regime(run), "split", ("share_cores", "ceiling_rps", "server_cores_needed"),
+               {"probe_client_us": "client_us", "probe_server_us": "server_us"}))
+    for table, regime, quantities, readings in chosen:   # what each calibrated regime chose, and from what
+        for _, r in table.iterrows():
+            if bool(r["reachable"]):
+                base = f"{regime}.pool{int(r['pool'])}"
+                for q in quantities:
+                    put("pg_models", base, f"chosen_{q}", r["repeat"], r[q])
+                for name, column in readings.items():
+                    put("pg_models", base, name, r["repeat"], r[column])
     c = ceiling_table(run)
     if not c.empty:
         for _, r in c.iterrows():
@@ -547,5 +576,6 @@ def model_label(model: str) -> str:
     return MODEL_LABELS.get(model, model)
 
 
-__all__ = ["models_table", "ceiling_table", "bound_regime", "failures", "completions", "seed_table", "metrics",
-           "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label", "MODEL_LABELS"]
+__all__ = ["models_table", "ceiling_table", "bound_regime", "split_regime", "failures", "completions", "seed_table",
+           "metrics", "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label",
+           "MODEL_LABELS"]

@@ -21,17 +21,27 @@ of `bound_models` runs at it, named `<model>[regime=bound,pool=<n>]`. The choice
 `bound_regime` table; a regime out of reach skips its cells with the reason. The seed's literal
 cells (10 ms, pool 20) stay, as the seed's parameters and whatever regime they give here.
 
-The client-CPU ceiling regime, reached by placement (`split_pools`; regime `split`): the seed's
-"threads hit the CPU ceiling" at 10 ms and pool 50 needs a client whose cores are all busy. On two
-cores shared with the server no model gets there: in fourteen runs threads + psycopg ran at 84-117%
-of a core with the machine at 156-171% of its 200%, so no label applied and lesson 002-decide read
-`premise not met`. So, after the bound cells, the seed's slowest cells at each split pool run again
-with the servers on one half of the cores and the client on the other
-(`harness.core.placement.client_alone`: the client's ceiling is then the cores it has), named
-`<model>[regime=split,pool=<n>]`, over a `split_duration_s` window; the windows record
-`client_cores`, which the analysis uses as the client's capacity. Servers that are not processes
-on this machine (Docker, a URI elsewhere) or a single core cannot be split: the cells are skipped
-with the reason, before any is measured.
+The client-CPU ceiling regime, reached by placement and a probe (`split_pools`; regime `split`):
+the seed's "threads hit the CPU ceiling" at 10 ms and pool 50 needs a client whose CPU is all busy
+and nothing else at its limit. On two cores shared with the server no model gets there: in
+fourteen runs threads + psycopg ran at 84-117% of a core with the machine at 156-171% of its 200%,
+so no label applied and lesson 002-decide read `premise not met`. So, after the bound cells, the
+seed's slowest cells at each split pool run again with the servers on one half of the cores and
+the client on the other (`harness.core.placement.client_alone`), named
+`<model>[regime=split,pool=<n>]`, over a `split_duration_s` window. A whole core can still be too
+much: on a fast client (run 3d1a) threads + psycopg cost the client about what each request cost
+the server, and the pool (its statements slower under the server's load) stopped the threads at 76%
+of their core. So, in the run's first repeat and per split pool, a probe of `split_probe_model`
+on the split placement (`<model>[regime=split_probe,pool=<n>]`, `split_probe_s`) reads the client's
+and the server's CPU per request and the unloaded database time, and `split_client_share` turns
+them into the client's share of its cores: the largest at which the probed model's ceiling stays
+below the pool's bound over `split_pool_headroom` and needs at most `split_server_share` of the
+servers' cores. A share below the client's cores is a CPU quota (`harness.core.cgroup.quota`, set
+on this worker so the children inherit it); later repeats keep the choice. The windows record
+`client_cores`, the capacity each child reads back under its affinity and quota, which the
+analysis uses as the client's capacity. Servers that are not processes on this machine (Docker, a
+URI elsewhere), a single core, or a quota that cannot be set here skip the cells with the reason,
+before any is measured.
 
 Tables (one repeat):
 - `samples`: variant, task (client id 0..clients-1), start_s (since the window opened), latency_s,
@@ -50,7 +60,8 @@ Tables (one repeat):
   server_procs_open/close, model, regime,
   slow_ms, pool, clients, duration_s, warmup_s, rows, loop, driver, loop_impl,
   psycopg_autocommit, calibration_requests, gil_enabled, python, threads_in_process,
-  client_cores (the cores the child may run on: half of them in the split cells).
+  client_cores (the CPU the child may use, in cores, read back by the child: its affinity capped by
+  its CPU quota; half the cores, or a share of them, in the split cells).
 - `calibration`: variant, model, regime, slow_ms, pool, latency_s: requests issued one at a time
   by one client after the measured phase, on the warm pool (nothing queues); their median is the
   per-request database time from which `harness.experiments.postgres.analysis` derives the pool bound
@@ -63,6 +74,11 @@ Tables (one repeat):
   condition set it, reachable, reason); cost_ok is False when some model's cell gave no usable
   reading (cost_note says which), and a later repeat then chooses for itself. Every model's reading
   and the time it alone would need are the repeat's note `bound_costs_pool<n>`.
+- `split_regime`: per split pool, the probe's readings (probe_model, probe_variant, probe_ok,
+  probe_note; client_us, server_us: CPU per request; db_ms: its unloaded database time; the
+  client's and the servers' cores) and what `split_client_share` chose from them (share_cores,
+  quota, ceiling_rps, pool_bound_rps, by_pool_cores, by_server_cores, limited_by,
+  server_cores_needed, reachable, reason, chosen_in_repeat).
 Artifacts: one `<model>_slow<ms>_pool<n>.log` per variant (the child's stdout/stderr).
 
 The pool bound and the Little's-law check are computed from these raw tables in the analysis.
@@ -77,7 +93,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ...core import datasets, placement, stats
+from ...core import cgroup, datasets, placement, stats
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
@@ -119,6 +135,19 @@ class PgModelsParams(Params):
     split_pools: tuple[int, ...] = (50,)
     split_models: tuple[str, ...] = SEED_MODELS
     split_duration_s: float = 5.0                # measured window per split cell
+    # The client's share of its core, chosen before the split cells by a probe (the run's first
+    # repeat; later repeats keep it): `split_probe_model` on the split placement for
+    # `split_probe_s` gives the client and server CPU per request, and `split_client_share` the
+    # largest CPU share at which that model's ceiling stays below the pool's bound divided by
+    # `split_pool_headroom` and needs at most `split_server_share` of the servers' cores. A fast
+    # client with a whole core outruns the server's core or meets the pool first (run 3d1a).
+    split_probe_model: str = "threads_psycopg"
+    split_probe_s: float = 2.0
+    split_pool_headroom: float = 1.5
+    split_server_share: float = 0.7
+    split_min_cores: float = 0.2                 # a smaller share: the regime is out of reach, said so
+    split_core_step: float = 0.05                # the share is rounded down to a multiple of it
+    split_quota_period_ms: float = 10.0          # the kernel's quota period (short: smooth throttling)
 
     def validate(self) -> None:
         super().validate()
@@ -134,7 +163,9 @@ class PgModelsParams(Params):
                               "bound_step_ms", "bound_max_window_s")
         self.require_non_negative("bound_warmup_cycles")
         self.require_choice("split_models", MODELS)
-        self.require_positive("split_duration_s")
+        self.require_positive("split_duration_s", "split_probe_s", "split_pool_headroom", "split_server_share",
+                              "split_min_cores", "split_core_step", "split_quota_period_ms")
+        self.require_choice("split_probe_model", MODELS)
         for name in ("bound_pools", "split_pools"):
             if any(pool < 1 for pool in getattr(self, name)):
                 raise HarnessError(f"parameter {name} must hold positive pool sizes, got {getattr(self, name)!r}")
@@ -159,10 +190,15 @@ def bound_variant_name(model: str, pool: int) -> str:
 
 
 SPLIT = "split"   # the client-CPU ceiling regime's name: the seed's slow cells, client and servers on their own cores
+SPLIT_PROBE = "split_probe"   # the probe that chooses the split cells' client share (one per run and split pool)
 
 
 def split_variant_name(model: str, pool: int) -> str:
     return variant_id(model, regime=SPLIT, pool=pool)
+
+
+def split_probe_variant_name(model: str, pool: int) -> str:
+    return variant_id(model, regime=SPLIT_PROBE, pool=pool)
 
 
 def pool_bound_regime(client_us: float, server_us: float, cores: int, pool: int, clients: int,
@@ -275,6 +311,57 @@ def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int)
     return {**row, **{k: regime[k] for k in REGIME_KEYS}}, per_model
 
 
+def split_client_share(client_us: float, server_us: float, db_ms: float, pool: int, client_cores: int,
+                       server_cores: int, pool_headroom: float = 1.5, server_share: float = 0.7,
+                       step: float = 0.05, min_cores: float = 0.2) -> dict:
+    """The CPU share, in cores, that puts a model costing the client `client_us` per request at its
+    CPU ceiling in the split cells, and nothing else at its limit.
+
+    With `share` cores the model serves at most share / client_us requests a second. That ceiling
+    must stay below the pool's bound (pool / `db_ms`, the probe's unloaded database time) divided by
+    `pool_headroom`, and need at most `server_share` of the servers' cores (`server_us` per request):
+    rate = min(pool bound / pool_headroom, server_share x server_cores / server_us), and share =
+    rate x client_us, rounded down to `step`. A share at or above the client's own cores needs no
+    quota: the client keeps its whole cores (a slow client, as in run da6c, until its server's
+    core was the co-limit). Server CPU unknown (NaN) leaves only the pool's condition.
+
+    Returns share_cores, quota (True when below the client's cores), ceiling_rps (share /
+    client_us), pool_bound_rps, by_pool_cores, by_server_cores, limited_by ('client cores',
+    'pool' or 'server CPU': which condition set the share), server_cores_needed, reachable and
+    reason ('' when reachable): out of reach when a reading is unusable or the share would be below
+    `min_cores`."""
+    out: dict = {"share_cores": math.nan, "quota": False, "ceiling_rps": math.nan, "pool_bound_rps": math.nan,
+                 "by_pool_cores": math.nan, "by_server_cores": math.nan, "limited_by": "",
+                 "server_cores_needed": math.nan, "reachable": False, "reason": ""}
+    if not (math.isfinite(client_us) and client_us > 0 and math.isfinite(db_ms) and db_ms > 0):
+        out["reason"] = "the probe gave no client CPU per request or no database time"
+        return out
+    bound = pool * 1000.0 / db_ms
+    by_pool = bound / pool_headroom * client_us / 1e6
+    by_server = (server_share * server_cores * 1e6 / server_us * client_us / 1e6
+                 if math.isfinite(server_us) and server_us > 0 else math.inf)
+    limits = {"client cores": float(client_cores), "pool": by_pool, "server CPU": by_server}
+    limited_by = min(limits, key=lambda k: limits[k])
+    share = limits[limited_by]
+    if limited_by != "client cores":
+        share = math.floor(share / step + 1e-9) * step
+    ceiling = share * 1e6 / client_us
+    out.update(share_cores=share, quota=limited_by != "client cores", ceiling_rps=ceiling, pool_bound_rps=bound,
+               by_pool_cores=by_pool, by_server_cores=by_server, limited_by=limited_by,
+               server_cores_needed=ceiling * server_us / 1e6 if math.isfinite(server_us) else math.nan)
+    if share < min_cores:
+        out["reason"] = (f"the client would get {share:.2f} of a core (set by the {limited_by}: {client_us:.0f} us "
+                         f"of client CPU per request against {server_us:.0f} us of server), below "
+                         f"split_min_cores={min_cores:g}")
+        return out
+    out["reachable"] = True
+    return out
+
+
+SPLIT_KEYS = ("share_cores", "quota", "ceiling_rps", "pool_bound_rps", "by_pool_cores", "by_server_cores",
+              "limited_by", "server_cores_needed", "reachable", "reason")
+
+
 def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
     return f"{model}_slow{fmt_ms(slow_ms)}_pool{pool}"
 
@@ -295,7 +382,10 @@ class PgModels(Experiment):
                   "calibration_requests": 3, "rows": 10_000, "timeout_s": 240.0,
                   "bound_pools": (4,),
                   "bound_cycles": 2, "bound_warmup_cycles": 1, "bound_max_window_s": 5.0,
-                  "split_pools": (4,), "split_duration_s": 0.4},
+                  # 8 clients on 4 connections would get a tenth of a core, and each child's start
+                  # with it: the smoke test checks the quota's path, not the regime
+                  "split_pools": (4,), "split_duration_s": 0.4, "split_probe_s": 0.4,
+                  "split_pool_headroom": 0.25},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 8, "seed": 10}   # full: docs/POWER.md (002-cpu, -tail need 6)
     analysis = "harness.experiments.postgres.analysis"
@@ -313,7 +403,15 @@ class PgModels(Experiment):
                                "db_ms": "float", "bound_rps": "float", "cycle_s": "float", "window_s": "float",
                                "warmup_s": "float", "client_cores_needed": "float",
                                "machine_cores_needed": "float", "limited_by": "str", "reachable": "bool",
-                               "reason": "str", "chosen_in_repeat": "int"}}
+                               "reason": "str", "chosen_in_repeat": "int"},
+              # one row per repeat and split pool: the probe's readings and the client's CPU share chosen
+              "split_regime": {"pool": "int", "probe_model": "str", "probe_variant": "str", "probe_ok": "bool",
+                               "probe_note": "str", "client_us": "float", "server_us": "float", "db_ms": "float",
+                               "client_cores": "int", "server_cores": "int", "share_cores": "float",
+                               "quota": "bool", "ceiling_rps": "float", "pool_bound_rps": "float",
+                               "by_pool_cores": "float", "by_server_cores": "float", "limited_by": "str",
+                               "server_cores_needed": "float", "reachable": "bool", "reason": "str",
+                               "chosen_in_repeat": "int"}}
 
     def datasets(self, p: PgModelsParams) -> list:
         return [datasets.Accounts(p.rows)]
@@ -342,12 +440,15 @@ class PgModels(Experiment):
                 failed.append(spec.variant)
         for pool in p.bound_pools:
             failed += self._run_bound(ctx, p, pool, dsn, pid)
+        probes = 0
         for pool in p.split_pools:
-            failed += self._run_split(ctx, p, pool, dsn, pid)
+            split_failed, probed = self._run_split(ctx, p, pool, dsn, pid)
+            failed += split_failed
+            probes += probed
         ctx.note("load_average_after", list(os.getloadavg()))
         ctx.note("variants_failed", failed)
         total = (len(p.slow_ms) * len(p.pools) * len(p.models) + len(p.bound_pools) * len(p.bound_models)
-                 + len(p.split_pools) * len(p.split_models))
+                 + len(p.split_pools) * len(p.split_models) + probes)
         if len(failed) == total:
             raise HarnessError(f"all {total} variants failed; see the failures table and artifacts")
 
@@ -396,24 +497,46 @@ class PgModels(Experiment):
         return failed
 
 
-    def _run_split(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None) -> list[str]:
+    def _run_split(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str,
+                   pid: int | None) -> tuple[list[str], int]:
         """The split cells of one pool: the seed's slowest queries, every model of `split_models`
         with the client on half the cores and the servers on the other (`placement.client_alone`,
-        undone after the pool's cells). Returns the variants that failed; a placement that cannot
-        be set skips every cell with the reason, before any is measured."""
+        undone after the pool's cells), and the client held to the CPU share chosen for the run
+        (`_split_share`: a probe in the first repeat, kept by later ones; a share below the
+        client's cores is a cgroup quota, `cgroup.quota`). Returns (the variants that failed, the
+        probes run); a placement or quota that cannot be set, or a regime out of reach, skips every
+        cell with the reason, before any is measured."""
         names = {model: split_variant_name(model, pool) for model in p.split_models}
         slow = max(p.slow_ms)
+
+        def skip_all(why: str) -> None:
+            for name in names.values():
+                ctx.skip(name, f"client-CPU ceiling regime out of reach at pool {pool}: {why}")
+
         with ExitStack() as stack:
             try:
                 where = stack.enter_context(placement.client_alone(ctx.servers))
             except HarnessError as e:
-                for name in names.values():
-                    ctx.skip(name, f"client-CPU ceiling regime out of reach at pool {pool}: {e}")
-                return []
+                skip_all(str(e))
+                return [], 0
             ctx.note(f"split_placement_pool{pool}", where)
             ctx.log.info("split cells at pool %d: servers on cores %s, client on %s", pool,
                          where["server_cpus"], where["client_cpus"])
-            failed = []
+            chosen, failed, probed = self._split_share(ctx, p, pool, dsn, pid, where)
+            if not chosen["reachable"]:
+                skip_all(chosen["reason"])
+                return failed, probed
+            if chosen["quota"]:
+                try:
+                    held = stack.enter_context(cgroup.quota(chosen["share_cores"],
+                                                            round(p.split_quota_period_ms * 1000)))
+                except cgroup.QuotaError as e:
+                    skip_all(f"the client needs {chosen['share_cores']:g} of a core ({chosen['limited_by']}) "
+                             f"and no CPU quota can be set here: {e}")
+                    return failed, probed
+                ctx.note(f"split_quota_pool{pool}", held)
+            ctx.log.info("split cells at pool %d: client share %g cores (%s)", pool, chosen["share_cores"],
+                         chosen["limited_by"])
             for model in ctx.order(p.split_models):
                 spec = VariantSpec(
                     variant=names[model], model=model, dsn=dsn, pool=pool, clients=p.clients, slow_ms=slow,
@@ -424,21 +547,77 @@ class PgModels(Experiment):
                 timeout = p.child_timeout_s(slow, duration_s=spec.duration_s)
                 if not run_in_child(ctx, spec, timeout, f"{model}_{SPLIT}_pool{pool}"):
                     failed.append(spec.variant)
-            return failed
+            return failed, probed
+
+    def _split_share(self, ctx: Context, p: PgModelsParams, pool: int, dsn: str, pid: int | None,
+                     where: dict) -> tuple[dict, list[str], int]:
+        """The client's CPU share for the split cells of `pool`: an earlier repeat's choice, or a
+        probe of `split_probe_model` on the split placement (the client's whole cores) for
+        `split_probe_s`, whose client and server CPU per request and unloaded database time
+        `split_client_share` turns into a share. Records the `split_regime` row; returns (it, the
+        variants that failed, the probes run)."""
+        earlier = _earlier_choice(ctx, pool, "split_regime", "probe_ok")
+        if earlier is not None:   # one regime per run: the first repeat's choice, kept
+            ctx.record("split_regime", [earlier])
+            ctx.note(f"split_regime_pool{pool}", earlier)
+            return earlier, [], 0
+        slow, model = max(p.slow_ms), p.split_probe_model
+        spec = VariantSpec(
+            variant=split_probe_variant_name(model, pool), model=model, dsn=dsn, pool=pool, clients=p.clients,
+            slow_ms=slow, warmup_s=p.warmup_s, duration_s=p.split_probe_s, rows=p.rows, seed=p.seed,
+            calibration_requests=p.calibration_requests, postmaster_pid=pid,
+            psycopg_autocommit=p.psycopg_autocommit, regime=SPLIT_PROBE)
+        ctx.log.info("running %s", spec.variant)
+        ok = run_in_child(ctx, spec, p.child_timeout_s(slow, duration_s=spec.duration_s),
+                          f"{model}_{SPLIT_PROBE}_pool{pool}")
+        row: dict = {"pool": pool, "probe_model": model, "probe_variant": spec.variant, "probe_ok": False,
+                     "probe_note": "", "client_us": math.nan, "server_us": math.nan, "db_ms": math.nan,
+                     "client_cores": len(where["client_cpus"]), "server_cores": len(where["server_cpus"]),
+                     "chosen_in_repeat": ctx.repeat}
+        if ok:
+            w = _last(ctx, "windows", spec.variant)
+            calibration = _last(ctx, "calibration", spec.variant, every=True)
+            if str(w.get("cpu_check") or ""):
+                row["probe_note"] = f"the probe's CPU readings do not fit the machine ({w['cpu_check']})"
+            else:
+                completed = int(w["completed"])
+                row.update(probe_ok=True, client_us=stats.cpu_per_op_us(float(w["cpu_s"]), completed),
+                           server_us=stats.cpu_per_op_us(float(w["server_cpu_s"]), completed),
+                           db_ms=1000.0 * float(stats.percentiles(calibration["latency_s"].to_numpy(), [50.0])[0]))
+        else:
+            row["probe_note"] = f"the probe {spec.variant} failed"
+        share = split_client_share(row["client_us"], row["server_us"], row["db_ms"], pool, row["client_cores"],
+                                   row["server_cores"], pool_headroom=p.split_pool_headroom,
+                                   server_share=p.split_server_share, step=p.split_core_step,
+                                   min_cores=p.split_min_cores)
+        if row["probe_note"]:
+            share["reason"] = row["probe_note"]
+        chosen = {**row, **{k: share[k] for k in SPLIT_KEYS}}
+        ctx.record("split_regime", [chosen])
+        ctx.note(f"split_regime_pool{pool}", chosen)
+        return chosen, [] if ok else [spec.variant], 1
 
 
-def _earlier_choice(ctx: Context, pool: int) -> dict | None:
-    """The database time an earlier repeat of this run chose for `pool` (the first that chose one,
-    reachable or not), so that every repeat measures one regime: repeats run in order, each in its
-    own worker, and a repeat's tables are on disk before the next starts. None in the first repeat,
-    or when no earlier repeat recorded a choice (some seed cell gave no reading: this one tries)."""
+def _last(ctx: Context, table: str, variant: str, every: bool = False):
+    """The rows `ctx` recorded for `variant` in `table` in this repeat: the last one, or all."""
+    frame = pd.concat(ctx.recorded(table), ignore_index=True)
+    frame = frame[frame["variant"] == variant]
+    return frame if every else frame.iloc[-1]
+
+
+def _earlier_choice(ctx: Context, pool: int, table: str = "bound_regime", ok: str = "cost_ok") -> dict | None:
+    """What an earlier repeat of this run chose for `pool` in `table` (the bound cells' database
+    time, the split cells' client share: the first repeat that chose one from usable readings,
+    `ok`, reachable or not), so that every repeat measures one regime: repeats run in order, each in
+    its own worker, and a repeat's tables are on disk before the next starts. None in the first
+    repeat, or when no earlier repeat had usable readings (this one tries)."""
     run_dir = ctx.artifacts.parent.parent
     for k in range(ctx.repeat):
-        path = run_dir / f"r{k}" / "bound_regime.parquet"
+        path = run_dir / f"r{k}" / f"{table}.parquet"
         if not path.exists():
             continue
         rows = pd.read_parquet(path)
-        rows = rows[(rows["pool"] == pool) & rows["cost_ok"]]
+        rows = rows[(rows["pool"] == pool) & rows[ok]]
         if len(rows):
             return {key: (v.item() if hasattr(v, "item") else v) for key, v in rows.iloc[0].to_dict().items()}
     return None

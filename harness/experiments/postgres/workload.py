@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ...core.cgroup import capacity_cores
 from ...core.measure import (  # noqa: F401 (find_postmaster re-exported)
     EdgeCPU,
     ServerCPU,
@@ -266,7 +267,7 @@ def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> 
                    server_cpu_s=s1 - s0,
                    machine_busy_s=m1 - m0, server_procs_open=procs0,
                    server_procs_close=server.processes, threads_in_process=threading.active_count(),
-                   client_cores=len(os.sched_getaffinity(0)))  # 1 in pg_models' split cells
+                   client_cores=capacity_cores())  # below 1 in pg_models' split cells on a fast client
     finally:
         state.stop = True
 
