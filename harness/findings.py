@@ -225,7 +225,8 @@ LESSONS: tuple[Lesson, ...] = (
         id="002-decide", seed="002",
         words=LINES["002-limit"],
         seed_figure="pool 50, 10 ms queries: 3,634 req/s with asyncio + psycopg, 2,435 with threads (1.49×)",
-        measure="throughput, asyncio + psycopg / threads (10 ms queries, pool 50, the client on a core of its own)",
+        measure=("throughput, asyncio + psycopg / threads (10 ms queries, pool 50, the client on a core of its own "
+                 "or the share of it a probe chose)"),
         claims=("002-split50-01", "002-split50-04", "002-slow50-01", "002-slow50-04", "002-fast20-13"),
         means={"holds": "Once the pool is large enough that client CPU limits, the model matters again: name "
                         "the limiting resource, and test at the pool size you will run.",

@@ -1,5 +1,7 @@
 """The committed tree stays lean (issue 23): only the reference run keeps raw data, every earlier
-run is a manifest and a summary under data/history, and the tracked data/ stays under 150 MB.
+run is a manifest and a summary under data/history, and the tracked data/ stays under 200 MB
+(150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
+and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from conftest import REPO_ROOT
 
 from harness.core import store
 
-DATA_LIMIT_BYTES = 150 * 10**6
+DATA_LIMIT_BYTES = 200 * 10**6
 
 
 def tracked_data_files() -> list[PurePosixPath]:
@@ -21,7 +23,7 @@ def tracked_data_files() -> list[PurePosixPath]:
     return [PurePosixPath(name) for name in out.stdout.decode().split("\0") if name]
 
 
-def test_the_tracked_data_folder_stays_under_150_mb():
+def test_the_tracked_data_folder_stays_under_200_mb():
     files = tracked_data_files()
     assert files, "git lists no file under data/: is this a clone?"
     size = sum((REPO_ROOT / f).stat().st_size for f in files)
