@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_a_quota_is_read_back_and_enforced_on_children_and_then_removed():
     assert cgroup.quota_cores() == before
     with cgroup.quota(0.05) as small:   # below the kernel's 1 ms quota at 10 ms: a longer period keeps the share
         assert small["quota_us"] >= 1000 and small["cores_read_back"] == pytest.approx(0.05)
-    assert not __import__("pathlib").Path(held["path"]).exists()
+    assert not Path(held["path"]).exists()
 
 
 def test_without_a_cpu_controller_no_quota_is_set_and_none_is_read(tmp_path):

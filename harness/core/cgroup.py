@@ -38,27 +38,24 @@ def _hierarchy(proc: Path = PROC) -> tuple[str, Path, str] | None:
     for line in lines:
         _, controllers, path = line.split(":", 2)
         paths["v2" if controllers == "" else controllers] = path
+    mounted = []   # (root, mountpoint, fstype, super options) of each mount
     for line in mounts:   # fields: id parent major:minor root mountpoint options ... - fstype source super
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        root, mountpoint, fstype, supers = fields[3], fields[4], tail[0], tail[2].split(",")
-        if fstype == "cgroup" and "cpu" in supers:
-            key = next((k for k in paths if "cpu" in k.split(",")), None)
-            if key is not None:
-                return "v1", _inside(Path(mountpoint), root, paths[key]), mountpoint
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) >= 5 and tail and tail[0] == "cgroup2" and "v2" in paths:
-            unified = Path(fields[4])
+        if len(fields) >= 5 and len(tail) >= 3:
+            mounted.append((fields[3], fields[4], tail[0], tail[2].split(",")))
+    v1 = next((k for k in paths if "cpu" in k.split(",")), None)
+    for root, mountpoint, fstype, supers in mounted:
+        if fstype == "cgroup" and "cpu" in supers and v1 is not None:
+            return "v1", _inside(Path(mountpoint), root, paths[v1]), mountpoint
+    for root, mountpoint, fstype, _ in mounted:
+        if fstype == "cgroup2" and "v2" in paths:
             try:
-                enabled = (unified / "cgroup.controllers").read_text().split()
+                enabled = (Path(mountpoint) / "cgroup.controllers").read_text().split()
             except OSError:
                 continue
             if "cpu" in enabled:
-                return "v2", _inside(unified, fields[3], paths["v2"]), fields[4]
+                return "v2", _inside(Path(mountpoint), root, paths["v2"]), mountpoint
     return None
 
 
