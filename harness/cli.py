@@ -326,8 +326,10 @@ def show_cmd(run_ref, experiment, data_dir) -> None:
 @click.option("--lessons", is_flag=True, help="The findings table's lessons instead: figure and verdict per run.")
 @click.option("--pool-by", type=click.Choice(["version", "rules"]), default="version", show_default=True,
               help="With --lessons: pool runs of the same experiment versions and rules, or of the same rules only.")
+@click.option("--processor", default=None, metavar="TEXT",
+              help="Only runs whose CPU model contains TEXT (e.g. Intel, AMD): lessons pooled over one kind of CPU.")
 @_data_dir
-def history_cmd(figure, changed, include_new, lessons, pool_by, data_dir) -> None:
+def history_cmd(figure, changed, include_new, lessons, pool_by, processor, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
     machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
     --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
@@ -336,7 +338,7 @@ def history_cmd(figure, changed, include_new, lessons, pool_by, data_dir) -> Non
     if lessons and (figure or changed):
         raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
     click.echo(history.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
-                                    lessons=lessons, pool_by=pool_by))
+                                    lessons=lessons, pool_by=pool_by, processor=processor))
 
 
 @cli.command("power")

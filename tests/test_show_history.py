@@ -462,6 +462,37 @@ def test_history_lessons_follow_each_lessons_figure_and_flag_verdicts_that_move(
     assert both.exit_code == 2 and "--lessons shows the lessons only" in both.output
 
 
+def test_history_lessons_on_one_processor_pool_only_that_processors_runs(tmp_path):
+    """`--processor TEXT` keeps the runs whose CPU model contains TEXT (any case): the runs listed,
+    each lesson's runs and its pooled row are those of that kind of machine alone (002-cpu's size
+    follows the processor: docs/RESULTS.md). No match is a one-line error naming the processors."""
+    from harness import findings
+
+    head = next(lesson for lesson in findings.LESSONS if lesson.id == "001-pool").claims[0]
+    plan = [("20261128T000000Z-full-0001", "boot-a", "AMD EPYC", 12.0),
+            ("20261129T000000Z-full-0002", "boot-b", "Intel(R) Xeon(R) Processor", 20.0),
+            ("20261130T000000Z-full-0003", "boot-c", "AMD EPYC", 12.5),
+            ("20261201T000000Z-full-0004", "boot-d", "Intel(R) Xeon(R) Processor", 21.0)]
+    for i, (rid, boot, cpu, est) in enumerate(plan):
+        claim = _claim(head, "size not reproduced", n=10, value=est, ci_low=est * 0.95, ci_high=est * 1.05)
+        _put(tmp_path, "history", rid, _manifest(rid, boot=boot, cpu=cpu, sha=str(i + 1) * 40),
+             _summary_v1(rid, claims=[claim]))
+    out = CliRunner().invoke(cli.cli, ["history", "--lessons", "--processor", "intel", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("runs on a processor matching 'intel' (oldest first):")
+    assert "full-0002" in out.output and "full-0004" in out.output
+    assert "full-0001" not in out.output and "full-0003" not in out.output
+    block = out.output.split(f"001-pool ({head}):")[1].splitlines()[1:]
+    assert [r.split()[1] for r in block[:2]] == ["2222222", "4444444"]
+    assert block[2].startswith("  pooled over 2 boots: 20.5 ["), block[2]
+    everyone = CliRunner().invoke(cli.cli, ["history", "--lessons", "--data-dir", str(tmp_path)])
+    assert everyone.output.split(f"001-pool ({head}):")[1].splitlines()[5].startswith("  pooled over 4 boots")
+    none = harness("history", "--lessons", "--processor", "arm", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
+    assert none.returncode == 2 and len(none.stderr.strip().splitlines()) == 1
+    assert "no committed run on a processor matching 'arm'" in none.stderr
+    assert "AMD EPYC; Intel(R) Xeon(R) Processor" in none.stderr
+
+
 def test_history_without_committed_runs_is_a_clear_error(tmp_path):
     out = harness("history", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
     assert out.returncode == 2 and "no committed run" in out.stderr and len(out.stderr.strip().splitlines()) == 1

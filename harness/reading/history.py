@@ -147,20 +147,39 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
     return [head] + ([f"    {p['disagreement']}"] if p.get("disagreement") else [])
 
 
+def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """The runs whose machine's CPU model contains `text` (case-insensitive), so that a lesson whose
+    size follows the processor (002-cpu: docs/RESULTS.md) pools over one kind of machine. A one-line
+    HarnessError, naming the processors the runs were made on, when no run matches."""
+    def cpu(rec: dict[str, Any]) -> str:
+        return str(readout.machine_of(rec["run"].manifest).get("cpu_model") or "")
+
+    kept = [rec for rec in records if text.casefold() in cpu(rec).casefold()]
+    if not kept:
+        seen = sorted({cpu(rec) or "not recorded" for rec in records})
+        raise HarnessError(f"no committed run on a processor matching {text!r}; "
+                           f"the runs' processors: {'; '.join(seen)}")
+    return kept
+
+
 def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
-                 changed_only: bool = False, lessons: bool = False, pool_by: str = "version") -> str:
+                 changed_only: bool = False, lessons: bool = False, pool_by: str = "version",
+                 processor: str | None = None) -> str:
     """Headline figures across runs, by commit and machine, absolute and normalised with their
     intervals, as asv shows a benchmark across commits; a change larger than the runs' own spread
     (`beyond_spread`) against the previous run with the figure is flagged `CHANGED`, on the
     absolute figure between runs of one machine (same boot) and on the normalised one across
-    machines (absolute figures of two machines differ by the machines' speed)."""
+    machines (absolute figures of two machines differ by the machines' speed). `processor`: only
+    the runs whose CPU model contains it (`on_processor`), the pooled lessons too."""
     records, skipped = history_runs(data_dir, include_new)
     if not records:
         places = ", ".join(str(store.location_dir(w, data_dir)) for w in store.COMMITTED)
         raise HarnessError(f"no committed run with a summary in {places}"
                            + ("" if include_new else " (--all adds the runs of data/runs)")
                            + (f"; {len(skipped)} left out: {skipped[0]}" if skipped else ""))
-    lines = ["runs (oldest first):"]
+    if processor:
+        records = on_processor(records, processor)
+    lines = [f"runs on a processor matching {processor!r} (oldest first):" if processor else "runs (oldest first):"]
     for i, rec in enumerate(records, 1):
         run = rec["run"]
         mach = readout.machine_of(run.manifest)
