@@ -548,6 +548,24 @@ def test_a_shared_machine_id_never_makes_two_boots_the_same_machine():
     assert "boot not recorded for B" in compare.machine_identity(ma, old)
 
 
+def test_compare_names_the_kernel_mitigations_that_differ():
+    amd = {"spec_rstack_overflow": "Vulnerable: Safe RET, no microcode", "spectre_v2": "Mitigation: Retpolines",
+           "meltdown": "Not affected"}
+    intel = {**amd, "spec_rstack_overflow": "Not affected", "spectre_v2": "Mitigation: Enhanced / Automatic IBRS"}
+    ma, mb = _manifest("a", boot="boot-a"), _manifest("b", boot="boot-b", cpu="Intel Xeon")
+    ma["environment"]["machine"]["cpu_vulnerabilities"] = amd
+    mb["environment"]["machine"]["cpu_vulnerabilities"] = intel
+    text = compare.machine_identity(ma, mb)
+    assert ("kernel mitigations differ in spec_rstack_overflow (Vulnerable: Safe RET, no microcode vs Not "
+            "affected); spectre_v2 (Mitigation: Retpolines vs Mitigation: Enhanced / Automatic IBRS)") in text
+    assert "meltdown" not in text
+    mc = _manifest("c", boot="boot-c")
+    mc["environment"]["machine"]["cpu_vulnerabilities"] = dict(amd)
+    assert "same kernel mitigations" in compare.machine_identity(ma, mc)
+    # a run from before they were recorded: nothing said either way
+    assert "mitigations" not in compare.machine_identity(ma, _manifest("d", boot="boot-d"))
+
+
 def test_cpu_identity_hashes_the_flags_whatever_their_order():
     info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
             "stepping\t: 1\ncpu MHz\t\t: 2445.426\nflags\t\t: {}\n\nprocessor\t: 1\nflags\t\t: other\n")
@@ -557,7 +575,15 @@ def test_cpu_identity_hashes_the_flags_whatever_their_order():
     assert a["cpu_flags_sha256"] == b["cpu_flags_sha256"] != c["cpu_flags_sha256"]
     assert a["cpu_signature"] == "25/1/1" and a["cpu_mhz"] == pytest.approx(2445.426) and a["cpu_flags_count"] == 3
     m = environment.machine()
-    assert {"machine_id", "boot_id", "cpu_model", "cpu_flags_sha256", "cpu_mhz"} <= set(m)
+    assert {"machine_id", "boot_id", "cpu_model", "cpu_flags_sha256", "cpu_mhz", "cpu_vulnerabilities"} <= set(m)
+
+
+def test_cpu_vulnerabilities_reads_each_file_of_the_kernels_directory(tmp_path):
+    (tmp_path / "spectre_v2").write_text("Mitigation: Retpolines; STIBP: disabled\n")
+    (tmp_path / "meltdown").write_text("Not affected\n")
+    assert environment.cpu_vulnerabilities(tmp_path) == {"meltdown": "Not affected",
+                                                         "spectre_v2": "Mitigation: Retpolines; STIBP: disabled"}
+    assert environment.cpu_vulnerabilities(tmp_path / "absent") is None
 
 
 def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):

@@ -80,7 +80,28 @@ def machine() -> dict[str, Any]:
         "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
         "booted_at": psutil.boot_time(),
         **cpu_identity(),
+        # The kernel's speculative-execution mitigations: they set what a system call and a context
+        # switch cost, and they differ between the processors of this kind (docs/RESULTS.md, 002-cpu).
+        "cpu_vulnerabilities": cpu_vulnerabilities(),
     }
+
+
+VULNERABILITIES_DIR = Path("/sys/devices/system/cpu/vulnerabilities")
+
+
+def cpu_vulnerabilities(directory: Path = VULNERABILITIES_DIR) -> dict[str, str] | None:
+    """Each file of the kernel's vulnerabilities directory -> its one line, e.g. "spectre_v2" ->
+    "Mitigation: Retpolines; ..."; None where the kernel does not publish them."""
+    try:
+        files = sorted(p for p in directory.iterdir() if p.is_file())
+    except OSError:
+        return None
+    out = {}
+    for f in files:
+        line = _read_first_line(str(f))
+        if line is not None:
+            out[f.name] = line
+    return out or None
 
 
 def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:

@@ -127,12 +127,28 @@ def machine_identity(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = Non
     mhz_a, mhz_b = a.get("cpu_mhz"), b.get("cpu_mhz")
     if mhz_a and mhz_b and abs(mhz_a / mhz_b - 1) > 0.01:
         parts.append(f"{mhz_a:.0f} vs {mhz_b:.0f} MHz")
+    mitigations = _mitigations_apart(a.get("cpu_vulnerabilities"), b.get("cpu_vulnerabilities"))
+    if mitigations:
+        parts.append(mitigations)
     parts.append(_ceilings_apart(readout.ceilings(sa, ma), readout.ceilings(sb, mb)))
     text = ", ".join(parts)
     if a.get("machine_id") and a.get("machine_id") == b.get("machine_id") and not (ba and ba == bb):
         text += " (both record machine-id " + readout.short(a["machine_id"]) + ", which every machine of this kind " \
                 "shares: it does not tell one machine from another)"
     return text
+
+
+def _mitigations_apart(va: dict[str, str] | None, vb: dict[str, str] | None) -> str:
+    """Empty when both runs record the same kernel mitigations (or either records none); otherwise the
+    entries that differ, e.g. "kernel mitigations differ in spectre_v2 (Retpolines ... vs Enhanced IBRS ...)"."""
+    if not va or not vb:
+        return ""
+    differ = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+    if not differ:
+        return "same kernel mitigations"
+    shown = "; ".join(f"{k} ({va.get(k, 'not listed')} vs {vb.get(k, 'not listed')})" for k in differ[:3])
+    more = f"; {len(differ) - 3} more" if len(differ) > 3 else ""
+    return f"kernel mitigations differ in {shown}{more}"
 
 
 def _ceilings_apart(ca: dict[str, dict[str, Any]], cb: dict[str, dict[str, Any]]) -> str:
