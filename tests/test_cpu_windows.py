@@ -195,3 +195,39 @@ def test_a_window_that_lost_operations_is_flagged(reference):
 
     bad = mongo.models_summary(_Edited(reference, "mongo_models", "samples", drop)).iloc[0]
     assert bad["littles_law_outside"] and bad["littles_law_ratio"] < 0.95, bad["littles_law_ratio"]
+
+
+def test_cpu_parts_split_the_client_cpu_per_request_and_leave_out_a_window_above_the_machine(reference):
+    """The client's CPU per request in user and system parts (`analysis.cpu_parts`, docs/RESULTS.md on
+    002-cpu), on the reference's pg_models windows: user + system is the CPU figure the models table
+    gives, a window whose readings exceed the machine drops out, and a ratio read both ways inverts."""
+    from harness.core import stats
+    from harness.experiments import analysis as kit
+    from harness.experiments.postgres import analysis as postgres
+
+    _need(reference, "pg_models")
+    windows, cores = reference.table("pg_models", "windows"), run_cores(reference)
+    keys = ["regime", "pool", "model"]
+    parts = kit.cpu_parts(windows, keys, cores).set_index(keys)
+    models = postgres.models_table(reference)
+    bound = models[(models["regime"] == "bound") & (models["model"] == "threads_psycopg")]
+    row = parts.loc[("bound", int(bound["pool"].iloc[0]), "threads_psycopg")]
+    same = stats.summarise(bound.set_index("repeat")["cpu_us_per_req"].to_dict())
+    assert row["both_us"] == pytest.approx(same["estimate"], rel=1e-9)
+    assert row["user_us"] > 0 and row["system_us"] > 0 and 0 < row["system_share"] < 1
+    assert row["user_us_low"] < row["user_us"] < row["user_us_high"]
+
+    # that cell's windows of one repeat at 1.5 x every core: left out, so the repeat has no figure
+    cell = windows[(windows["regime"] == "bound") & (windows["model"] == "threads_psycopg")]
+    rep = int(cell["repeat"].iloc[0])
+    edited = windows.copy()
+    hit = cell.index[cell["repeat"] == rep]
+    edited.loc[hit, "machine_busy_s"] = 1.5 * cores * edited.loc[hit, "wall_s"]
+    assert int(kit.cpu_parts(edited, keys, cores).set_index(keys).loc[row.name, "n_repeats"]) == \
+        int(row["n_repeats"]) - 1
+
+    ab = kit.cpu_parts_ratio(windows, ["regime", "pool"], "model", "threads_psycopg", "uvloop_asyncpg", cores)
+    ba = kit.cpu_parts_ratio(windows, ["regime", "pool"], "model", "uvloop_asyncpg", "threads_psycopg", cores)
+    for part in ("user", "system", "both"):
+        assert (ab[part] * ba[part]).to_numpy() == pytest.approx(1.0)
+    assert (ab["n_pairs"] >= 5).all() and (ab["both"] > 1).all()   # threads cost more per request here

@@ -21,6 +21,7 @@ The claims ledger refers to a figure by its dotted name `experiment.variant.metr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -126,3 +127,70 @@ def named_medians(frame: pd.DataFrame) -> dict[str, float]:
     for (e, v, m), g in frame.groupby(["experiment", "variant", "metric"], sort=True):
         out[metric_name(e, v, m)] = stats.summarise(g["value"].to_numpy())["median"]
     return out
+
+
+# -- the client's CPU per operation in its two parts ------------------------------------------------
+
+CPU_PARTS = (("user", "cpu_user_s"), ("system", "cpu_system_s"))
+
+
+def _parts_by_repeat(windows: pd.DataFrame, keys: Sequence[str], n_cores: int,
+                     done: str) -> pd.DataFrame:
+    """Per group of `keys` and repeat, the median window's user and system µs per operation; windows
+    whose CPU readings do not fit the machine (`fit_cpu`) are left out, as from every CPU figure."""
+    rows = []
+    for _, w in windows.iterrows():
+        _, _, _, check = fit_cpu(float(w["cpu_s"]), float(w.get("server_cpu_s", math.nan)),
+                                 float(w.get("machine_busy_s", math.nan)), float(w["wall_s"]), n_cores)
+        if check:
+            continue
+        row = {k: w[k] for k in [*keys, "repeat"]}
+        for part, col in CPU_PARTS:
+            row[part] = stats.cpu_per_op_us(float(w[col]), int(w[done]))
+        row["both"] = row["user"] + row["system"]
+        rows.append(row)
+    parts = [*(p for p, _ in CPU_PARTS), "both"]
+    per_window = pd.DataFrame(rows, columns=[*keys, "repeat", *parts])
+    return per_window.groupby([*keys, "repeat"], sort=True)[parts].median().reset_index()
+
+
+def cpu_parts(windows: pd.DataFrame, keys: Sequence[str], n_cores: int, done: str = "completed") -> pd.DataFrame:
+    """The client's CPU per operation split into user and system (kernel) time, and both, per group
+    of `keys` (e.g. regime, pool, model): in each repeat the median window's µs per operation, then
+    over repeats `stats.summarise` (`<part>_us` the estimate, `<part>_us_low`/`_high` its interval),
+    and the system part's share of both. Which part moves tells interpretation (user space) from
+    system calls (kernel) when a CPU figure differs between machines (docs/RESULTS.md, 002-cpu).
+    `windows`: a family's raw `windows` table with `repeat`, `wall_s`, `cpu_s`, `cpu_user_s`,
+    `cpu_system_s` and the operations completed (`done`)."""
+    by_repeat = _parts_by_repeat(windows, keys, n_cores, done)
+    out = []
+    for key, g in by_repeat.groupby(list(keys), sort=True):
+        row: dict[str, Any] = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        for part in ("user", "system", "both"):
+            s = stats.summarise(g.set_index("repeat")[part].to_dict())
+            row.update({f"{part}_us": s["estimate"], f"{part}_us_low": s["ci_low"], f"{part}_us_high": s["ci_high"]})
+        row["system_share"] = float((g["system"] / g["both"]).median()) if len(g) else math.nan
+        row["n_repeats"] = int(g["repeat"].nunique())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def cpu_parts_ratio(windows: pd.DataFrame, keys: Sequence[str], by: str, a: str, b: str, n_cores: int,
+                    done: str = "completed") -> pd.DataFrame:
+    """Per group of `keys`, option `a` over option `b` of column `by` (e.g. model threads_psycopg
+    over uvloop_asyncpg) in user, system and both parts of the client's CPU per operation: paired by
+    repeat (`stats.paired_ratio`: the geometric-mean ratio and its interval), from the per-repeat
+    medians of `cpu_parts`."""
+    by_repeat = _parts_by_repeat(windows, [*keys, by], n_cores, done)
+    out = []
+    for key, g in by_repeat.groupby(list(keys), sort=True):
+        row: dict[str, Any] = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        sides = {opt: g[g[by] == opt].set_index("repeat") for opt in (a, b)}
+        if sides[a].empty or sides[b].empty:
+            continue
+        for part in ("user", "system", "both"):
+            r = stats.paired_ratio(sides[a][part].to_dict(), sides[b][part].to_dict())
+            row.update({part: r["ratio"], f"{part}_low": r["ci_low"], f"{part}_high": r["ci_high"]})
+        row["n_pairs"] = int(r["n_pairs"])
+        out.append(row)
+    return pd.DataFrame(out)
