@@ -145,8 +145,9 @@ def _parts_by_repeat(windows: pd.DataFrame, keys: Sequence[str], n_cores: int,
         if check:
             continue
         row = {k: w[k] for k in [*keys, "repeat"]}
+        ops = int(w[done]) if pd.notna(w[done]) else 0   # nothing counted: NaN figures, not an error
         for part, col in CPU_PARTS:
-            row[part] = stats.cpu_per_op_us(float(w[col]), int(w[done]))
+            row[part] = stats.cpu_per_op_us(float(w[col]), ops)
         row["both"] = row["user"] + row["system"]
         rows.append(row)
     parts = [*(p for p, _ in CPU_PARTS), "both"]

@@ -139,8 +139,9 @@ def machine_identity(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = Non
 
 
 def _mitigations_apart(va: dict[str, str] | None, vb: dict[str, str] | None) -> str:
-    """Empty when both runs record the same kernel mitigations (or either records none); otherwise the
-    entries that differ, e.g. "kernel mitigations differ in spectre_v2 (Retpolines ... vs Enhanced IBRS ...)"."""
+    """The two runs' kernel mitigations: "" when either run does not record them (runs before they
+    were recorded), "same kernel mitigations", or the first three entries that differ, e.g. "kernel
+    mitigations differ in spectre_v2 (Retpolines ... vs Enhanced IBRS ...)"."""
     if not va or not vb:
         return ""
     differ = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
