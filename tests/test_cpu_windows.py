@@ -21,12 +21,14 @@ import pandas as pd
 import pytest
 
 from harness import findings
-from harness.core import config, store
+from harness.core import config, stats, store
+from harness.experiments import analysis as kit
 from harness.experiments.analysis import CPU_REJECTED
 from harness.experiments.analysis import cores as run_cores
 from harness.experiments.departures import analysis as departures
 from harness.experiments.fastapi import analysis as fastapi
 from harness.experiments.mongo import analysis as mongo
+from harness.experiments.postgres import analysis as postgres
 
 WINDOWS_WITHIN = 0.95   # the share of closed-loop windows Little's law must hold in (issue 32)
 
@@ -201,10 +203,6 @@ def test_cpu_parts_split_the_client_cpu_per_request_and_leave_out_a_window_above
     """The client's CPU per request in user and system parts (`analysis.cpu_parts`, docs/RESULTS.md on
     002-cpu), on the reference's pg_models windows: user + system is the CPU figure the models table
     gives, a window whose readings exceed the machine drops out, and a ratio read both ways inverts."""
-    from harness.core import stats
-    from harness.experiments import analysis as kit
-    from harness.experiments.postgres import analysis as postgres
-
     _need(reference, "pg_models")
     windows, cores = reference.table("pg_models", "windows"), run_cores(reference)
     keys = ["regime", "pool", "model"]

@@ -166,11 +166,11 @@ def cpu_parts(windows: pd.DataFrame, keys: Sequence[str], n_cores: int, done: st
     by_repeat = _parts_by_repeat(windows, keys, n_cores, done)
     out = []
     for key, g in by_repeat.groupby(list(keys), sort=True):
-        row: dict[str, Any] = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row: dict[str, Any] = dict(zip(keys, key))   # a list of keys groups by tuples
         for part in ("user", "system", "both"):
             s = stats.summarise(g.set_index("repeat")[part].to_dict())
             row.update({f"{part}_us": s["estimate"], f"{part}_us_low": s["ci_low"], f"{part}_us_high": s["ci_high"]})
-        row["system_share"] = float((g["system"] / g["both"]).median()) if len(g) else math.nan
+        row["system_share"] = float((g["system"] / g["both"]).median())
         row["n_repeats"] = int(g["repeat"].nunique())
         out.append(row)
     return pd.DataFrame(out)
@@ -185,13 +185,14 @@ def cpu_parts_ratio(windows: pd.DataFrame, keys: Sequence[str], by: str, a: str,
     by_repeat = _parts_by_repeat(windows, [*keys, by], n_cores, done)
     out = []
     for key, g in by_repeat.groupby(list(keys), sort=True):
-        row: dict[str, Any] = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row: dict[str, Any] = dict(zip(keys, key))   # a list of keys groups by tuples
         sides = {opt: g[g[by] == opt].set_index("repeat") for opt in (a, b)}
         if sides[a].empty or sides[b].empty:
             continue
         for part in ("user", "system", "both"):
             r = stats.paired_ratio(sides[a][part].to_dict(), sides[b][part].to_dict())
             row.update({part: r["ratio"], f"{part}_low": r["ci_low"], f"{part}_high": r["ci_high"]})
-        row["n_pairs"] = int(r["n_pairs"])
+            if part == "both":   # a window with both parts counts in each
+                row["n_pairs"] = int(r["n_pairs"])
         out.append(row)
     return pd.DataFrame(out)
