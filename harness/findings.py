@@ -406,6 +406,67 @@ def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT
     return {str(r["claim_id"]): r for r in frame.to_dict("records")}
 
 
+ALL_PROCESSORS = "all processors"
+
+
+def committed_by_processor(lessons: Sequence[Lesson] = LESSONS,
+                           root: Path = REPO_ROOT) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """Each lesson's primary row pooled by rules (`match="rules"`: the committed runs judged by the
+    newest run's verdict rules, whatever their code versions) over every processor, then over each
+    kind's runs (`pooling.processor_kind`): label -> claim id -> pooled row. `ALL_PROCESSORS` first,
+    then the kinds by name; runs that recorded no processor count only in the first."""
+    runs = pooling.committed_runs(root)
+    claims = [lesson.claims[0] for lesson in lessons]
+    groups: dict[str, list[pooling.RunRecord]] = {ALL_PROCESSORS: runs}
+    for kind in sorted({k for r in runs if (k := pooling.processor_kind(r.cpu_model))}):
+        groups[kind] = [r for r in runs if pooling.processor_kind(r.cpu_model) == kind]
+    out: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for label, group in groups.items():
+        frame = pooling.pooled_lessons(group, claims, match="rules")
+        out[label] = {str(r["claim_id"]): r for r in frame.to_dict("records")}
+    return out
+
+
+def compact_pooled_text(p: Mapping[str, Any] | None) -> str:
+    """A pooled row in one short cell: pooled [interval], boots (runs), and at 3 boots or more the
+    verdict across boots with how many runs say the same (a float in a frame where other rows have
+    none: printed as the count it is); runs of the key that gave no interval (`pooling.unpooled`)
+    counted."""
+    if p is None or not p.get("k"):
+        return "—"
+    n_runs = int(p.get("n_runs") or 0)
+    figure = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}]"
+    if not p.get("pooled"):
+        text = f"{figure} (one boot's newest run); no pooled figure"
+    elif p.get("verdict") == TOO_FEW_BOOTS:
+        text = f"{figure}, 2 boots ({n_runs} runs); a verdict needs {pooling.MIN_FOR_VERDICT} boots"
+    else:
+        text = f"{figure}, {p['k']} boots ({n_runs} runs): **{p['verdict']}**, {int(p['agree'])} of {n_runs} agree"
+    missing = len(pooling.unpooled(p))
+    return text + (f"; {missing} more without an interval" if missing else "")
+
+
+def by_processor_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                       lessons: Sequence[Lesson] = LESSONS) -> str:
+    """`committed_by_processor`'s rows as a markdown table: one row per lesson, one column per group."""
+    lines = ["| lesson | " + " | ".join(groups) + " |", "|" + "---|" * (len(groups) + 1)]
+    for lesson in lessons:
+        cells = [compact_pooled_text(group.get(lesson.claims[0])) for group in groups.values()]
+        lines.append("| " + " | ".join(_cell(x) for x in [lesson.id, *cells]) + " |")
+    return "\n".join(lines)
+
+
+BY_PROCESSOR_NOTE = (
+    "Each lesson pooled by rules, over every processor and over each kind "
+    "(`harness history --lessons --pool-by rules [--processor NAME]`): every committed `full` run judged "
+    "by the newest run's verdict rules, whatever its code version. A looser pool than the column above (two "
+    "versions of an experiment may not measure the same thing), shown because a lesson's size can follow "
+    "the processor: where the kinds' verdicts differ, a run answers the lesson for its own kind of machine. "
+    "Pooled [90% interval], boots (runs), and at 3 boots or more the verdict across boots with the runs "
+    "that say the same."
+)
+
+
 def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
                  pooled: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """The findings as one markdown table (no trailing newline); with `pooled` (`committed_pooled`),
@@ -480,8 +541,10 @@ def models_table(summary: Mapping[str, Any], variant: str = "fast.pool20") -> st
 
 
 def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
-                 pooled: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """What goes between the README's markers: a line naming the run, the table, its terms, and seed
+                 pooled: Mapping[str, Mapping[str, Any]] | None = None,
+                 by_processor: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> str:
+    """What goes between the README's markers: a line naming the run, the table, its terms, with
+    `by_processor` (`committed_by_processor`) the lessons pooled by rules per processor, and seed
     002's four models side by side."""
     run_id = summary.get("run_id") or "unknown run"
     method = (summary.get("multiple_comparisons") or {}).get("method")
@@ -493,6 +556,8 @@ def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS
                 else f", after {method[:1].upper() + method[1:]}'s correction") if method else "")
             + "; intervals are over repeats ([docs/METHODS.md](docs/METHODS.md)).")
     parts = [START, note, "", render_table(summary, lessons, pooled), "", TERMS]
+    if by_processor:
+        parts += ["", BY_PROCESSOR_NOTE, "", by_processor_table(by_processor, lessons)]
     models = models_table(summary)
     if models:
         parts += ["", "Seed 002's four client models side by side on this machine, fast queries, pool 20 (geometric "
@@ -535,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         summary = store.load_summary(_source(args.summary))
-        block = render_block(summary, pooled=committed_pooled())
+        block = render_block(summary, pooled=committed_pooled(), by_processor=committed_by_processor())
         readme = Path(args.readme)
         if args.write_readme or args.check:
             text = readme.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import findings
-from harness.core import store, verdicts
+from harness.core import pooling, store, verdicts
 from harness.core.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -245,6 +245,38 @@ def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
     assert all(len(re.findall(r"(?<!\\)\|", x)) == 8 for x in block.splitlines() if x.startswith("| "))
 
 
+def test_the_processor_table_cell_gives_a_verdict_only_from_three_boots():
+    assert findings.compact_pooled_text(None) == "—" and findings.compact_pooled_text({"k": 0}) == "—"
+    one = {"k": 1, "n_runs": 1, "pooled": False, "estimate": 2.0, "ci_low": 1.8, "ci_high": 2.2,
+           "verdict": "reproduced"}
+    assert findings.compact_pooled_text(one) == "2 [1.8, 2.2] (one boot's newest run); no pooled figure"
+    two = {**one, "k": 2, "n_runs": 3, "pooled": True, "verdict": verdicts.TOO_FEW_BOOTS}
+    assert findings.compact_pooled_text(two) == "2 [1.8, 2.2], 2 boots (3 runs); a verdict needs 3 boots"
+    four = {**two, "k": 4, "n_runs": 12, "verdict": "size not reproduced", "agree": 10.0,
+            "not_poolable": {"20990102T000000Z-full-ef01": "no estimate (premise not met)"}}
+    assert findings.compact_pooled_text(four) == ("2 [1.8, 2.2], 4 boots (12 runs): **size not reproduced**, "
+                                                  "10 of 12 agree; 1 more without an interval")
+    table = findings.by_processor_table({"all processors": {"001-pool-13": four}, "AMD EPYC": {}})
+    lines = table.splitlines()
+    assert lines[0] == "| lesson | all processors | AMD EPYC |" and len(lines) == 2 + len(findings.LESSONS)
+    assert "| 001-pool | 2 [1.8, 2.2], 4 boots (12 runs): **size not reproduced**" in table
+    assert "| 000-sync-async | — | — |" in table
+
+
+def test_the_processor_kinds_pool_only_their_own_runs():
+    assert pooling.processor_kind("Intel(R) Xeon(R) Processor") == "Intel Xeon"
+    assert pooling.processor_kind("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz") == "Intel Xeon Gold 6248"
+    assert pooling.processor_kind("AMD EPYC") == "AMD EPYC" and pooling.processor_kind(None) is None
+    runs = {r.run_id: pooling.processor_kind(r.cpu_model) for r in pooling.committed_runs(REPO_ROOT)}
+    groups = findings.committed_by_processor(root=REPO_ROOT)
+    assert next(iter(groups)) == findings.ALL_PROCESSORS and len(groups) == 1 + len(set(runs.values()) - {None})
+    for label, rows in groups.items():
+        assert set(rows) == {lesson.claims[0] for lesson in findings.LESSONS}
+        pooled = {run for row in rows.values() for run in (row["runs"] or ())}
+        if label != findings.ALL_PROCESSORS:
+            assert pooled and {runs[r] for r in pooled} == {label}, label
+
+
 def test_a_version_1_summary_is_read_through_the_upgrade():
     v1 = {"summary_version": 1, "run_id": "old", "metrics": [],
           "claims": [{"claim_id": "001-client-01", "kind": "measurement", "comparison": "ratio",
@@ -300,7 +332,8 @@ def test_the_readme_findings_match_the_reference_run():
     ref = findings.reference_summary(REPO_ROOT / "data")
     if ref is None:
         pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
-    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled())
+    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled(),
+                                  by_processor=findings.committed_by_processor())
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert findings.readme_block(readme) == block, \
         f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"

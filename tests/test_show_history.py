@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from conftest import REPO_ROOT
 
 from harness import cli
-from harness.core import environment, store
+from harness.core import environment, host, store
 from harness.core.errors import HarnessError
 from harness.reading import compare, history, readout, show
 
@@ -569,9 +569,9 @@ def test_compare_names_the_kernel_mitigations_that_differ():
 def test_cpu_identity_hashes_the_flags_whatever_their_order():
     info = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
             "stepping\t: 1\ncpu MHz\t\t: 2445.426\nflags\t\t: {}\n\nprocessor\t: 1\nflags\t\t: other\n")
-    a = environment.cpu_identity(info.format("sse avx fpu"))
-    b = environment.cpu_identity(info.format("fpu sse avx"))
-    c = environment.cpu_identity(info.format("fpu sse"))
+    a = host.cpu_identity(info.format("sse avx fpu"))
+    b = host.cpu_identity(info.format("fpu sse avx"))
+    c = host.cpu_identity(info.format("fpu sse"))
     assert a["cpu_flags_sha256"] == b["cpu_flags_sha256"] != c["cpu_flags_sha256"]
     assert a["cpu_signature"] == "25/1/1" and a["cpu_mhz"] == pytest.approx(2445.426) and a["cpu_flags_count"] == 3
     m = environment.machine()
@@ -581,9 +581,9 @@ def test_cpu_identity_hashes_the_flags_whatever_their_order():
 def test_cpu_vulnerabilities_reads_each_file_of_the_kernels_directory(tmp_path):
     (tmp_path / "spectre_v2").write_text("Mitigation: Retpolines; STIBP: disabled\n")
     (tmp_path / "meltdown").write_text("Not affected\n")
-    assert environment.cpu_vulnerabilities(tmp_path) == {"meltdown": "Not affected",
+    assert host.cpu_vulnerabilities(tmp_path) == {"meltdown": "Not affected",
                                                          "spectre_v2": "Mitigation: Retpolines; STIBP: disabled"}
-    assert environment.cpu_vulnerabilities(tmp_path / "absent") is None
+    assert host.cpu_vulnerabilities(tmp_path / "absent") is None
 
 
 def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):

@@ -19,7 +19,6 @@ Each repeat records the machine's steal time over its window (psutil.cpu_times()
 
 from __future__ import annotations
 
-import platform
 import re
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from . import servers, stats
+from . import host, servers, stats
 from .errors import HarnessError
 
 REPEATS = 3
@@ -43,15 +42,6 @@ TABLE_ROWS = 1000
 PGBENCH_SCRIPT = f"\\set id random(1, {TABLE_ROWS})\nSELECT v FROM {TABLE} WHERE id = :id;\n"
 _TPS = re.compile(r"tps = ([0-9.]+) \((?:without initial connection time|excluding connections establishing)\)")
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _steal_s() -> float:
@@ -134,7 +124,7 @@ def measure(stack=None, repeats: int = REPEATS, cpu_seconds: float = CPU_SECONDS
     The smoke profile asks for less (one short repeat, no pgbench warm-up): its ceilings only show
     that the path works, and tests start many smoke runs."""
     out: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           "cpu_model": cpu_model(), "cpus": psutil.cpu_count(),
+                           "cpu_model": host.cpu_model(), "cpus": psutil.cpu_count(),
                            "repeats": repeats}
     runs = [_timed(lambda: python_cpu_rate(cpu_seconds)) for _ in range(repeats)]
     out["python_cpu"] = _series(runs, "loops/s",

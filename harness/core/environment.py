@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 
+from . import host
 from .config import REPO_ROOT
 from .interpreters import installed_versions
 from .measure import reader_priority_here
@@ -29,15 +30,6 @@ POSTGRES_SETTINGS_SHOWN = ("max_connections", "shared_buffers", "fsync", "synchr
 def package_versions() -> dict[str, str | None]:
     return installed_versions(PACKAGES)
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def git_state() -> dict[str, Any]:
@@ -63,7 +55,7 @@ def machine() -> dict[str, Any]:
         affinity = None
     return {
         "hostname": uname.node,
-        "cpu_model": cpu_model(),
+        "cpu_model": host.cpu_model(),
         "cpu_count_logical": psutil.cpu_count(logical=True),
         "cpu_count_physical": psutil.cpu_count(logical=False),
         "cpu_affinity": affinity,
@@ -76,67 +68,15 @@ def machine() -> dict[str, Any]:
         # every machine of this kind has the same one (and the hostname is `vm` on all), so it never
         # identifies a machine alone. `harness compare` uses the boot id, the CPU (model, a hash of
         # its flags, MHz) and the run's own calibration ceilings.
-        "machine_id": _read_first_line("/etc/machine-id"),
-        "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
+        "machine_id": host.read_first_line("/etc/machine-id"),
+        "boot_id": host.read_first_line("/proc/sys/kernel/random/boot_id"),
         "booted_at": psutil.boot_time(),
-        **cpu_identity(),
+        **host.cpu_identity(),
         # The kernel's speculative-execution mitigations: they set what a system call and a context
         # switch cost, and they differ between the processors of this kind (docs/RESULTS.md, 002-cpu).
-        "cpu_vulnerabilities": cpu_vulnerabilities(),
+        "cpu_vulnerabilities": host.cpu_vulnerabilities(),
     }
 
-
-VULNERABILITIES_DIR = Path("/sys/devices/system/cpu/vulnerabilities")
-
-
-def cpu_vulnerabilities(directory: Path = VULNERABILITIES_DIR) -> dict[str, str] | None:
-    """Each file of the kernel's vulnerabilities directory -> its one line, e.g. "spectre_v2" ->
-    "Mitigation: Retpolines; ..."; None where the kernel does not publish them."""
-    try:
-        files = sorted(p for p in directory.iterdir() if p.is_file())
-    except OSError:
-        return None
-    out = {}
-    for f in files:
-        line = _read_first_line(str(f))
-        if line is not None:
-            out[f.name] = line
-    return out or None
-
-
-def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
-    """The first CPU of /proc/cpuinfo: vendor, family/model/stepping, the sha256 of its sorted flags
-    (the flags differ between CPU generations and hypervisors sold under one model name) and MHz."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    first: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            if first:
-                break
-            continue
-        key, _, value = line.partition(":")
-        first.setdefault(key.strip().lower(), value.strip())
-    flags = sorted(set((first.get("flags") or "").split()))
-    try:
-        mhz: float | None = float(first["cpu mhz"])
-    except (KeyError, ValueError):
-        freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
-        mhz = float(freq.current) if freq and freq.current else None
-    return {"cpu_vendor": first.get("vendor_id"),
-            "cpu_signature": "/".join(first.get(k, "?") for k in ("cpu family", "model", "stepping")),
-            "cpu_flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest() if flags else None,
-            "cpu_flags_count": len(flags), "cpu_mhz": mhz}
-
-
-def _read_first_line(path: str) -> str | None:
-    try:
-        return Path(path).read_text().split("\n", 1)[0].strip() or None
-    except OSError:
-        return None
 
 
 def python_info() -> dict[str, Any]:

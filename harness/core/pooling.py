@@ -521,13 +521,15 @@ def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
 @dataclass(frozen=True)
 class RunRecord:
     """One committed run as `pooled_lessons` reads it. `versions`: experiment -> version from the
-    manifest (None: not recorded); `profile`: the manifest's (None: taken from the run id)."""
+    manifest (None: not recorded); `profile`: the manifest's (None: taken from the run id);
+    `cpu_model`: the manifest's machine's (None: not recorded), for pooling one kind of processor."""
 
     run_id: str
     boot_id: str | None
     summary: Mapping[str, Any]
     versions: Mapping[str, str | None] | None = None
     profile: str | None = None
+    cpu_model: str | None = None
 
     @property
     def run_profile(self) -> str | None:
@@ -552,7 +554,19 @@ def record(summary: Mapping[str, Any], manifest: Mapping[str, Any], fallback_id:
     recorded = versions if any(versions.values()) else None
     return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or fallback_id),
                      boot_id=store.boot_id(manifest), summary=summary, versions=recorded,
-                     profile=manifest.get("profile"))
+                     profile=manifest.get("profile"), cpu_model=store.cpu_model(manifest))
+
+
+def processor_kind(cpu_model: str | None) -> str | None:
+    """A processor model as a reader names its kind: "Intel(R) Xeon(R) Processor" -> "Intel Xeon",
+    "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz" -> "Intel Xeon Gold 6248", "AMD EPYC" -> "AMD EPYC"
+    (None when not recorded). Runs of one kind pool together when a lesson's size follows the
+    processor (002-cpu, docs/RESULTS.md)."""
+    if not cpu_model:
+        return None
+    name = re.sub(r"\((?:R|TM)\)", "", cpu_model.split("@", 1)[0], flags=re.IGNORECASE)
+    words = [w for w in name.split() if w.lower() not in ("processor", "cpu")]
+    return " ".join(words) or None
 
 
 def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:

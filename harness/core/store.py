@@ -540,6 +540,11 @@ def boot_id(manifest: Mapping[str, Any]) -> str | None:
     return ((manifest.get("environment") or {}).get("machine") or {}).get("boot_id") or None
 
 
+def cpu_model(manifest: Mapping[str, Any]) -> str | None:
+    """The processor the run was made on (`environment.machine.cpu_model`)."""
+    return ((manifest.get("environment") or {}).get("machine") or {}).get("cpu_model") or None
+
+
 def experiment_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     """Experiment name -> the version the run recorded for it (`experiments.<name>.version`)."""
     exps = manifest.get("experiments") or {}
