@@ -43,7 +43,6 @@ PGBENCH_SCRIPT = f"\\set id random(1, {TABLE_ROWS})\nSELECT v FROM {TABLE} WHERE
 _TPS = re.compile(r"tps = ([0-9.]+) \((?:without initial connection time|excluding connections establishing)\)")
 
 
-
 def _steal_s() -> float:
     return float(getattr(psutil.cpu_times(), "steal", 0.0) or 0.0)
 

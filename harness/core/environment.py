@@ -31,7 +31,6 @@ def package_versions() -> dict[str, str | None]:
     return installed_versions(PACKAGES)
 
 
-
 def git_state() -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
@@ -76,7 +75,6 @@ def machine() -> dict[str, Any]:
         # switch cost, and they differ between the processors of this kind (docs/RESULTS.md, 002-cpu).
         "cpu_vulnerabilities": host.cpu_vulnerabilities(),
     }
-
 
 
 def python_info() -> dict[str, Any]:

@@ -148,13 +148,18 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
 
 
 def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    """The runs whose machine's CPU model contains `text` (case-insensitive), so that a lesson whose
-    size follows the processor (002-cpu: docs/RESULTS.md) pools over one kind of machine. A one-line
-    HarnessError, naming the processors the runs were made on, when no run matches."""
+    """The runs whose machine's CPU model, or its kind as the README's table names it
+    (`pooling.processor_kind`: "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text`
+    (case-insensitive), so that a lesson whose size follows the processor (002-cpu:
+    docs/RESULTS.md) pools over one kind of machine. A one-line HarnessError, naming the processors
+    the runs were made on, when no run matches."""
     def cpu(rec: dict[str, Any]) -> str:
         return str(readout.machine_of(rec["run"].manifest).get("cpu_model") or "")
 
-    kept = [rec for rec in records if text.casefold() in cpu(rec).casefold()]
+    def matches(rec: dict[str, Any]) -> bool:
+        return any(text.casefold() in name.casefold() for name in (cpu(rec), pooling.processor_kind(cpu(rec)) or ""))
+
+    kept = [rec for rec in records if matches(rec)]
     if not kept:
         seen = sorted({cpu(rec) or "not recorded" for rec in records})
         raise HarnessError(f"no committed run on a processor matching {text!r}; "
