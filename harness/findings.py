@@ -388,8 +388,7 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
 def _estimate_text(p: Mapping[str, Any]) -> str:
     if not p.get("pooled"):
         return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
-    text = (f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] over "
-            f"{pooling.over(p['k'], p.get('n_runs'))}")
+    text = f"{_pooled_figure(p)} over {pooling.over(p['k'], p.get('n_runs'))}"
     if p.get("verdict") == TOO_FEW_BOOTS:
         return f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; {p['agree_text']}"
     if p.get("pi_low") is not None:
@@ -399,27 +398,39 @@ def _estimate_text(p: Mapping[str, Any]) -> str:
     return f"{text}; **{p['verdict']}**, {p['agree_text']}"
 
 
-def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT) -> dict[str, Mapping[str, Any]]:
+def _pooled_figure(p: Mapping[str, Any]) -> str:
+    return f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}]"
+
+
+def committed_pooled(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT,
+                     runs: Sequence[pooling.RunRecord] | None = None) -> dict[str, Mapping[str, Any]]:
     """Each lesson's primary row pooled over the committed runs (data/reference and data/history) of
-    the newest run's experiment versions and rules, each boot once (`pooling.pooled_lessons`)."""
-    frame = pooling.pooled_lessons(pooling.committed_runs(root), [lesson.claims[0] for lesson in lessons])
+    the newest run's experiment versions and rules, each boot once (`pooling.pooled_lessons`).
+    `runs`: those runs already read (`pooling.committed_runs(root)`), so that callers read them once."""
+    runs = pooling.committed_runs(root) if runs is None else runs
+    frame = pooling.pooled_lessons(runs, [lesson.claims[0] for lesson in lessons])
     return {str(r["claim_id"]): r for r in frame.to_dict("records")}
 
 
 ALL_PROCESSORS = "all processors"
 
 
-def committed_by_processor(lessons: Sequence[Lesson] = LESSONS,
-                           root: Path = REPO_ROOT) -> dict[str, dict[str, Mapping[str, Any]]]:
+def committed_by_processor(lessons: Sequence[Lesson] = LESSONS, root: Path = REPO_ROOT,
+                           runs: Sequence[pooling.RunRecord] | None = None
+                           ) -> dict[str, dict[str, Mapping[str, Any]]]:
     """Each lesson's primary row pooled by rules (`match="rules"`: the committed runs judged by the
     newest run's verdict rules, whatever their code versions) over every processor, then over each
     kind's runs (`pooling.processor_kind`): label -> claim id -> pooled row. `ALL_PROCESSORS` first,
-    then the kinds by name; runs that recorded no processor count only in the first."""
-    runs = pooling.committed_runs(root)
+    then the kinds by name; runs that recorded no processor count only in the first. `runs`: as in
+    `committed_pooled`."""
+    runs = list(pooling.committed_runs(root) if runs is None else runs)
     claims = [lesson.claims[0] for lesson in lessons]
-    groups: dict[str, list[pooling.RunRecord]] = {ALL_PROCESSORS: runs}
-    for kind in sorted({k for r in runs if (k := pooling.processor_kind(r.cpu_model))}):
-        groups[kind] = [r for r in runs if pooling.processor_kind(r.cpu_model) == kind]
+    by_kind: dict[str, list[pooling.RunRecord]] = {}
+    for run in runs:
+        kind = pooling.processor_kind(run.cpu_model)
+        if kind:
+            by_kind.setdefault(kind, []).append(run)
+    groups = {ALL_PROCESSORS: runs, **dict(sorted(by_kind.items()))}
     out: dict[str, dict[str, Mapping[str, Any]]] = {}
     for label, group in groups.items():
         frame = pooling.pooled_lessons(group, claims, match="rules")
@@ -435,7 +446,7 @@ def compact_pooled_text(p: Mapping[str, Any] | None) -> str:
     if p is None or not p.get("k"):
         return "—"
     n_runs = int(p.get("n_runs") or 0)
-    figure = f"{num.sig3(p['estimate'])} [{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}]"
+    figure = _pooled_figure(p)
     if not p.get("pooled"):
         text = f"{figure} (one boot's newest run); no pooled figure"
     elif p.get("verdict") == TOO_FEW_BOOTS:
@@ -600,7 +611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         summary = store.load_summary(_source(args.summary))
-        block = render_block(summary, pooled=committed_pooled(), by_processor=committed_by_processor())
+        runs = pooling.committed_runs(REPO_ROOT)
+        block = render_block(summary, pooled=committed_pooled(runs=runs),
+                             by_processor=committed_by_processor(runs=runs))
         readme = Path(args.readme)
         if args.write_readme or args.check:
             text = readme.read_text(encoding="utf-8")

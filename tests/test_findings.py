@@ -332,8 +332,9 @@ def test_the_readme_findings_match_the_reference_run():
     ref = findings.reference_summary(REPO_ROOT / "data")
     if ref is None:
         pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
-    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled(),
-                                  by_processor=findings.committed_by_processor())
+    runs = pooling.committed_runs(REPO_ROOT)
+    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled(runs=runs),
+                                  by_processor=findings.committed_by_processor(runs=runs))
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert findings.readme_block(readme) == block, \
         f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"

@@ -25,14 +25,19 @@ def read_first_line(path: str | Path) -> str | None:
         return None
 
 
+def _cpuinfo(cpuinfo: str | None) -> str:
+    """`cpuinfo` as given (a test's text), else /proc/cpuinfo ("" where it cannot be read)."""
+    if cpuinfo is not None:
+        return cpuinfo
+    try:
+        return CPUINFO.read_text()
+    except OSError:
+        return ""
+
+
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The first `model name` of /proc/cpuinfo (any case of the key), else what Python reports."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text()
-        except OSError:
-            cpuinfo = ""
-    for line in cpuinfo.splitlines():
+    for line in _cpuinfo(cpuinfo).splitlines():
         if line.lower().startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown"
@@ -41,13 +46,8 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
     """The first CPU of /proc/cpuinfo: vendor, family/model/stepping, the sha256 of its sorted flags
     (the flags differ between CPU generations and hypervisors sold under one model name) and MHz."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text()
-        except OSError:
-            cpuinfo = ""
     first: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
+    for line in _cpuinfo(cpuinfo).splitlines():
         if not line.strip():
             if first:
                 break

@@ -535,14 +535,19 @@ def compress_server_logs(run_path: Path) -> list[str]:
     return done
 
 
+def machine_record(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The machine the run was made on (`environment.machine`; empty when not recorded)."""
+    return (manifest.get("environment") or {}).get("machine") or {}
+
+
 def boot_id(manifest: Mapping[str, Any]) -> str | None:
     """The boot the run was made on (`environment.machine.boot_id`): what tells machines apart."""
-    return ((manifest.get("environment") or {}).get("machine") or {}).get("boot_id") or None
+    return machine_record(manifest).get("boot_id") or None
 
 
 def cpu_model(manifest: Mapping[str, Any]) -> str | None:
     """The processor the run was made on (`environment.machine.cpu_model`)."""
-    return ((manifest.get("environment") or {}).get("machine") or {}).get("cpu_model") or None
+    return machine_record(manifest).get("cpu_model") or None
 
 
 def experiment_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:

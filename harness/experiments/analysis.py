@@ -132,6 +132,7 @@ def named_medians(frame: pd.DataFrame) -> dict[str, float]:
 # -- the client's CPU per operation in its two parts ------------------------------------------------
 
 CPU_PARTS = (("user", "cpu_user_s"), ("system", "cpu_system_s"))
+PARTS = (*(part for part, _ in CPU_PARTS), "both")   # the figures each repeat gives
 
 
 def _parts_by_repeat(windows: pd.DataFrame, keys: Sequence[str], n_cores: int,
@@ -150,9 +151,8 @@ def _parts_by_repeat(windows: pd.DataFrame, keys: Sequence[str], n_cores: int,
             row[part] = stats.cpu_per_op_us(float(w[col]), ops)
         row["both"] = row["user"] + row["system"]
         rows.append(row)
-    parts = [*(p for p, _ in CPU_PARTS), "both"]
-    per_window = pd.DataFrame(rows, columns=[*keys, "repeat", *parts])
-    return per_window.groupby([*keys, "repeat"], sort=True)[parts].median().reset_index()
+    per_window = pd.DataFrame(rows, columns=[*keys, "repeat", *PARTS])
+    return per_window.groupby([*keys, "repeat"], sort=True)[list(PARTS)].median().reset_index()
 
 
 def cpu_parts(windows: pd.DataFrame, keys: Sequence[str], n_cores: int, done: str = "completed") -> pd.DataFrame:
@@ -167,7 +167,7 @@ def cpu_parts(windows: pd.DataFrame, keys: Sequence[str], n_cores: int, done: st
     out = []
     for key, g in by_repeat.groupby(list(keys), sort=True):
         row: dict[str, Any] = dict(zip(keys, key))   # a list of keys groups by tuples
-        for part in ("user", "system", "both"):
+        for part in PARTS:
             s = stats.summarise(g.set_index("repeat")[part].to_dict())
             row.update({f"{part}_us": s["estimate"], f"{part}_us_low": s["ci_low"], f"{part}_us_high": s["ci_high"]})
         row["system_share"] = float((g["system"] / g["both"]).median())
@@ -189,7 +189,7 @@ def cpu_parts_ratio(windows: pd.DataFrame, keys: Sequence[str], by: str, a: str,
         sides = {opt: g[g[by] == opt].set_index("repeat") for opt in (a, b)}
         if sides[a].empty or sides[b].empty:
             continue
-        for part in ("user", "system", "both"):
+        for part in PARTS:
             r = stats.paired_ratio(sides[a][part].to_dict(), sides[b][part].to_dict())
             row.update({part: r["ratio"], f"{part}_low": r["ci_low"], f"{part}_high": r["ci_high"]})
             if part == "both":   # a window with both parts counts in each

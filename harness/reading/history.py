@@ -154,10 +154,11 @@ def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any
     docs/RESULTS.md) pools over one kind of machine. A one-line HarnessError, naming the processors
     the runs were made on, when no run matches."""
     def cpu(rec: dict[str, Any]) -> str:
-        return str(readout.machine_of(rec["run"].manifest).get("cpu_model") or "")
+        return store.cpu_model(rec["run"].manifest) or ""
 
     def matches(rec: dict[str, Any]) -> bool:
-        return any(text.casefold() in name.casefold() for name in (cpu(rec), pooling.processor_kind(cpu(rec)) or ""))
+        model = cpu(rec)
+        return any(text.casefold() in name.casefold() for name in (model, pooling.processor_kind(model) or ""))
 
     kept = [rec for rec in records if matches(rec)]
     if not kept:

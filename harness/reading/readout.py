@@ -67,7 +67,7 @@ CEILING_UNITS = {"pgbench": "tps", "python_cpu": "M loops/s"}
 
 
 def machine_of(manifest: Manifest) -> dict[str, Any]:
-    return dict((manifest.get("environment") or {}).get("machine") or {})
+    return dict(store.machine_record(manifest))
 
 
 def ceilings(summary: dict[str, Any] | None, manifest: Manifest) -> dict[str, dict[str, Any]]:
