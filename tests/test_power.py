@@ -71,6 +71,44 @@ def test_the_plan_reads_the_runs_spread_and_holds_the_null_to_holm_s_level():
     assert none["runs"] == 0 and "no committed run" in none["note"]
 
 
+def test_the_band_word_a_run_reads_is_forecast_from_the_spread_between_runs():
+    """A row whose runs lie below the band's lower edge, spread between runs: the likelier word is
+    `size not reproduced`, its predicted share is the normal share beyond the edge moved out by a
+    run's half-width, and the committed runs that read it are counted from their own intervals. Far
+    from the edge the share nears 1 and the note stays quiet; near it the note says either word can
+    come; a band's upper edge is crossed upwards; an estimate across the null from the band gets no
+    band word (it reads `not reproduced`)."""
+    ratios = (14.0, 16.0, 17.0, 18.5, 20.5)
+    runs = [pooling.RunRecord(f"2026120{k}T000000Z-full-000{k}", f"boot-{k}", _summary("x-01", r, 0.115, 6), {})
+            for k, r in enumerate(ratios)]
+    row = {"claim_id": "x-01", "comparison": "ratio", "reference": 1.0, "band_low": 19.2, "band_high": 60.0,
+           "a": "{x.a}", "b": ""}
+    got = power.plan(runs, {"x-01": row}, {"x-01": 6}).iloc[0]
+    logs = np.log(ratios)
+    half = float(sps.t.ppf(0.95, 5)) * 0.115 / math.sqrt(6)
+    beyond = sps.norm.cdf((math.log(19.2) - half - np.median(logs)) / np.std(logs, ddof=1))
+    assert got["band_edge"] == 19.2 and got["band_word"] == "size not reproduced"
+    assert got["band_share"] == pytest.approx(beyond)
+    assert 0.5 < got["band_share"] < power.STEADY_SHARE
+    assert got["band_seen"] == sum(r * math.exp(half) < 19.2 for r in ratios) == 3   # 14, 16, 17
+    assert "within the runs' spread" in got["note"] and "3 of 5 did" in got["note"]
+
+    far = power.plan(runs, {"x-01": {**row, "band_low": 40.0, "band_high": 90.0}}, {"x-01": 6}).iloc[0]
+    assert far["band_word"] == "size not reproduced" and far["band_share"] > 0.999 and far["band_seen"] == 5
+    assert "within the runs' spread" not in far["note"]
+
+    inside = power.plan(runs, {"x-01": {**row, "band_low": 8.0, "band_high": 14.5}}, {"x-01": 6}).iloc[0]
+    assert inside["band_edge"] == 14.5                                  # the upper edge, crossed upwards
+    assert inside["band_word"] == "size not reproduced"                 # most runs lie above 14.5 + h
+    assert inside["band_seen"] == sum(r * math.exp(-half) > 14.5 for r in ratios)
+
+    opposite = power.plan(runs, {"x-01": {**row, "band_low": 0.2, "band_high": 0.5}}, {"x-01": 6}).iloc[0]
+    assert opposite["band_word"] == "" and math.isnan(opposite["band_edge"])   # `not reproduced`: no band word
+
+    one_run = power.plan(runs[:1], {"x-01": row}, {"x-01": 6}).iloc[0]
+    assert one_run["band_word"] == "" and math.isnan(one_run["band_share"])   # no spread between runs
+
+
 def _premise_not_met(claim_id: str) -> dict:
     return {"summary_version": 4, "claims": [{
         "claim_id": claim_id, "kind": "measurement", "comparison": "ratio", "a": "{x.a}", "b": "",

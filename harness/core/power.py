@@ -19,6 +19,16 @@ version held it to the unadjusted 90%, and 000-sync-async, "3 planned >= 3 neede
 (`reproduced` when the 90% interval overlaps the band, `size not reproduced` when it lies wholly
 outside): they are shown (`band_edge`, `band_repeats`) and do not set `needed`.
 
+Which word a run will read (`band_word`). Repeats narrow one run's interval, but the runs' estimates
+also spread between runs (hours, boots). A run with n repeats reads `size not reproduced` when its
+estimate lies beyond the band's nearest edge E by more than its half-width h(n), so with the runs'
+estimates spread normally on the log scale around the expected estimate (sd: their spread between
+runs) the share of runs that read the likelier word is Phi(|mu - (log E +- h(n))| / sd_between).
+It is the chance that a new run's word agrees with the typical run's, written before the run; the
+committed runs' own words against today's band (their intervals as stored) are counted beside it
+(`band_seen`), so the forecast can be checked. A lesson whose share is far below 1 can read either
+word in the next run whatever its repeats: its answer is the pooled row (harness.core.pooling).
+
 Where the numbers come from (`row_spread`). Every committed run that judged the row on an interval
 gives its log estimate, its standard error se and its n (`pooling.row_input`: the interval inverted
 exactly); its per-repeat spread is sd = se sqrt(n). The expected estimate is the median of the runs'
@@ -48,10 +58,11 @@ from scipy import stats as sps
 from . import num
 from .pooling import NotPoolable, RunRecord, row_input
 from .stats import ALPHA
-from .verdicts import PREMISE_NOT_MET
+from .verdicts import PREMISE_NOT_MET, REPRODUCED, SIZE_NOT_REPRODUCED
 
 LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
 N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
+STEADY_SHARE = 0.9  # below this predicted share of runs reading one band word, the note says runs may read either
 
 
 def half_width(sd_log: float, n: int, level: float = LEVEL) -> float:
@@ -141,9 +152,58 @@ def row_spread(runs: Iterable[RunRecord], claim_id: str) -> dict[str, Any]:
     logs = np.array([g.log_estimate for _, g in used])
     sds = np.array([g.std_error * math.sqrt(g.n) for _, g in used])
     between = float(np.std(logs, ddof=1)) if len(used) > 1 else math.nan
-    return {"runs": len(used), "run_ids": tuple(r for r, _ in used), "log_estimate": float(np.median(logs)),
-            "sd_log": float(np.median(sds)), "between_sd_log": between, "premise_misses": tuple(misses),
-            "reason": ""}
+    return {"runs": len(used), "run_ids": tuple(r for r, _ in used), "inputs": tuple(g for _, g in used),
+            "log_estimate": float(np.median(logs)), "sd_log": float(np.median(sds)), "between_sd_log": between,
+            "premise_misses": tuple(misses), "reason": ""}
+
+
+def _band_on_the_estimate_s_side(row: Mapping[str, Any], nulls: Sequence[float], log_estimate: float) -> list[float]:
+    """The band's edges, when the expected estimate lies on the band's side of the null: the band's
+    two words (`reproduced`, `size not reproduced`) need the seed's direction; an estimate on the
+    other side reads `not reproduced`, whatever the band (001-models, 002-decide)."""
+    band = [e for e in edges(row) if e not in nulls]
+    if row.get("comparison") != "ratio" or not nulls:
+        return band
+    side = log_estimate - math.log(nulls[0])
+    return [e for e in band if (math.log(e) - math.log(nulls[0])) * side > 0]
+
+
+def _outward(row: Mapping[str, Any], edge: float) -> int:
+    """+1 when the band lies below `edge` (its upper edge: beyond it is above), -1 when above it."""
+    return 1 if edge == num.finite(row.get("band_high")) else -1
+
+
+def reads_outside(log_estimate: float, half: float, edge: float, outward: int) -> bool:
+    """Whether an interval (log estimate +- half) lies wholly beyond the band's edge: `size not
+    reproduced`; otherwise it overlaps the band: `reproduced`."""
+    return outward * (log_estimate - math.log(edge)) > half
+
+
+def outside_share(log_estimate: float, between_sd_log: float, half: float, edge: float, outward: int) -> float:
+    """The share of runs, their log estimates spread normally (sd between_sd_log) around
+    log_estimate, whose interval of half-width `half` lies wholly beyond the edge; NaN without a
+    spread between runs."""
+    if not (math.isfinite(between_sd_log) and between_sd_log > 0 and math.isfinite(half)):
+        return math.nan
+    threshold = math.log(edge) + outward * half
+    return float(sps.norm.cdf(outward * (log_estimate - threshold) / between_sd_log))
+
+
+def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], have: int | None) -> dict[str, Any]:
+    """The word a run with `have` repeats is likelier to read against the band's nearest edge, the
+    predicted share of runs that read it, and how many of the committed runs read it (their own
+    intervals against today's band)."""
+    outward = _outward(row, edge)
+    share = outside_share(spread["log_estimate"], spread["between_sd_log"],
+                          half_width(spread["sd_log"], have or 0), edge, outward)
+    if not math.isfinite(share):
+        return {}
+    outside = share >= 0.5
+    seen = sum(reads_outside(g.log_estimate, float(sps.t.ppf((1 + g.level) / 2, g.n - 1)) * g.std_error,
+                             edge, outward) == outside
+               for g in spread["inputs"] if g.n >= 2)
+    return {"band_word": SIZE_NOT_REPRODUCED if outside else REPRODUCED,
+            "band_share": share if outside else 1 - share, "band_seen": seen}
 
 
 def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], planned: Mapping[str, int],
@@ -153,10 +213,13 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
     judged by): its expected estimate and spread from the committed runs (`row_spread`), the
     distance to the edge where it stops being decided (`null_edges`), the repeats the rule asks for
     at `level` (`needed`; `decision_level` for a family adjusted by Holm), the repeats the profile
-    plans (`planned[claim_id]`), and `enough` (planned >= needed). The band's nearest edge and the
-    repeats that tell `reproduced` from `size not reproduced` at the 90% level are shown beside
-    (`band_edge`, `band_repeats`). `note` says, in words, what a reader should expect: decided,
-    short by how many repeats, or no spread to plan from."""
+    plans (`planned[claim_id]`), and `enough` (planned >= needed). Where the expected estimate lies
+    on the band's side of the null, the band's nearest edge and the repeats that tell `reproduced`
+    from `size not reproduced` at the 90% level are shown beside
+    (`band_edge`, `band_repeats`), with the word a run is likelier to read, the predicted share of
+    runs that read it and the committed runs that did (`band_word`, `band_share`, `band_seen`).
+    `note` says, in words, what a reader should expect: decided, short by how many repeats, a band
+    word that runs read only by chance (share below STEADY_SHARE), or no spread to plan from."""
     out = []
     for claim_id, row in rows.items():
         s = row_spread(runs, claim_id)
@@ -164,20 +227,22 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
         rec: dict[str, Any] = {"claim_id": claim_id, "runs": s["runs"], "planned": have, "estimate": math.nan,
                                "sd_log": math.nan, "between_sd_log": math.nan, "distance_log": math.nan,
                                "nearest_edge": math.nan, "needed": None, "enough": False, "level": level,
-                               "band_edge": math.nan, "band_repeats": None, "note": s["reason"]}
+                               "band_edge": math.nan, "band_repeats": None, "band_word": "",
+                               "band_share": math.nan, "band_seen": None, "note": s["reason"]}
         if s["runs"]:
             est = s["log_estimate"]
             nulls = null_edges(row)
             d = _distance(est, nulls)
             needed = repeats_for(s["sd_log"], d, level)
             nearest = min(nulls, key=lambda e: abs(est - math.log(e))) if nulls else math.nan
-            band = [e for e in edges(row) if e not in nulls]
+            band = _band_on_the_estimate_s_side(row, nulls, est)
             rec.update(estimate=math.exp(est), sd_log=s["sd_log"], between_sd_log=s["between_sd_log"],
                        distance_log=d, nearest_edge=nearest, needed=needed,
                        enough=bool(needed is not None and have is not None and have >= needed))
             if band:
                 rec["band_edge"] = min(band, key=lambda e: abs(est - math.log(e)))
                 rec["band_repeats"] = repeats_for(s["sd_log"], _distance(est, band), LEVEL)
+                rec.update(_band_word(row, rec["band_edge"], s, have))
             if needed is None:
                 rec["note"] = (f"the expected estimate lies on or too near its edge ({nearest:.3g}) for any number of "
                                f"repeats up to {N_MAX} to decide it" if math.isfinite(d)
@@ -188,6 +253,10 @@ def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], plann
                 rec["note"] = f"{have} planned >= {needed} needed"
             else:
                 rec["note"] = f"short: {have} planned, {needed} needed: expect `inconclusive`"
+            if rec["band_word"] and rec["band_share"] < STEADY_SHARE:
+                rec["note"] += (f"; the band's edge ({rec['band_edge']:.3g}) lies within the runs' spread: a run reads "
+                                f"`{rec['band_word']}` in about {rec['band_share']:.0%} of runs "
+                                f"({rec['band_seen']} of {rec['runs']} did), the pooled row decides the size")
             if math.isfinite(rec["between_sd_log"]) and rec["between_sd_log"] > rec["sd_log"]:
                 rec["note"] += (f"; the estimates spread more from run to run (sd {rec['between_sd_log']:.3f}) "
                                 f"than repeats within a run (sd {rec['sd_log']:.3f}): more repeats narrow one run's "

@@ -70,17 +70,19 @@ def _f(x: Any, digits: int = 3) -> str:
 
 def power_text(table: pd.DataFrame) -> str:
     lines = ["| lesson | primary row | runs | expected estimate | sd of log per repeat (between runs) | "
-             "edge (null or margin) | repeats needed | planned (full) | nearest band edge (repeats at 90%) | |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "edge (null or margin) | repeats needed | planned (full) | nearest band edge (repeats at 90%) | "
+             "a run's band word: share of runs predicted (committed runs that read it) | |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def count(x: Any) -> str:
         return "—" if x is None or pd.isna(x) else str(int(x))
 
     for r in table.itertuples():
         band = "—" if pd.isna(r.band_edge) else f"{_f(r.band_edge)} ({count(r.band_repeats)})"
+        word = (f"`{r.band_word}`: {r.band_share:.0%} ({count(r.band_seen)} of {r.runs})" if r.band_word else "—")
         lines.append(f"| {r.lesson} | {r.claim_id} | {r.runs} | {_f(r.estimate)} | {_f(r.sd_log)} "
                      f"({_f(r.between_sd_log)}) | {_f(r.nearest_edge)} | {count(r.needed)} | {count(r.planned)} | "
-                     f"{band} | {r.note} |")
+                     f"{band} | {word} | {r.note} |")
     return "\n".join(lines)
 
 
@@ -98,7 +100,11 @@ def write_doc(table: pd.DataFrame, path: Path = POWER_DOC) -> Path:
         f"level: {level:.2%} two-sided, 1 - 2 x 0.05 / {tests}, Holm's strictest step over the {tests} "
         "one-sided tests of the primary rows, which decides a row whatever the other rows give. The band's "
         "nearest edge only chooses between two decisive words (`reproduced`, `size not reproduced`, at the "
-        "90% level); the repeats that would tell them apart are shown beside it. A row whose expected estimate "
+        "90% level); the repeats that would tell them apart are shown beside it, and so is the word a run is "
+        "likelier to read: the share of runs that read it, their estimates spread as the committed runs' do "
+        "between runs (hours, boots) and judged at the planned repeats, and how many committed runs read it. "
+        "A share well below 100% means the next run can read either word whatever its repeats; the pooled "
+        "row decides the size. A row whose expected estimate "
         "sits on or near its edge cannot be decided by any budget; a row with no committed interval has no "
         "spread to plan from. A row whose premise was not met in every run since the last that gave an "
         "interval is expected to read `premise not met`: its premise is a regime the machine reaches or not, "
