@@ -343,12 +343,17 @@ def history_cmd(figure, changed, include_new, lessons, pool_by, processor, data_
 
 @cli.command("power")
 @click.option("--write", "write_doc", is_flag=True, help="Also write the table to docs/POWER.md.")
-def power_cmd(write_doc) -> None:
+@click.option("--processor", default=None, metavar="TEXT",
+              help="Plan from the runs on one kind of processor only (CPU model or kind contains TEXT, "
+                   "e.g. 'Intel Xeon', 'AMD').")
+def power_cmd(write_doc, processor) -> None:
     """The repeats each lesson's primary row needs to be decided (the rule in harness/core/power.py),
     from the committed full runs' spread, beside the repeats the full profile plans."""
     from .reading import power
 
-    table = power.power_table()
+    if write_doc and processor:
+        raise click.UsageError("docs/POWER.md plans from every processor's runs: drop --write or --processor")
+    table = power.power_table(processor=processor)
     click.echo(power.power_text(table))
     if write_doc:
         click.echo(f"written: {power.write_doc(table)}")

@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from harness import claims, findings
 from harness.core import pooling, power
+from harness.core.errors import HarnessError
 from harness.reading import power as power_report
 
 
@@ -172,3 +173,17 @@ def test_the_committed_table_names_every_lesson_and_a_planned_count():
     for lesson in findings.LESSONS:
         assert f"| {lesson.id} | {lesson.claims[0]} |" in doc, lesson.id
     assert np.all([isinstance(n, str) and n for n in table["note"]])
+
+
+def test_the_plan_of_one_kind_of_processor_reads_only_its_runs():
+    """002-cpu's runs are two populations (docs/RESULTS.md): planned from one kind of processor at a
+    time, each kind's runs forecast their own band word, and the two kinds' runs make up all."""
+    both = power_report.power_table().set_index("lesson")
+    intel = power_report.power_table(processor="Intel Xeon").set_index("lesson")
+    amd = power_report.power_table(processor="amd").set_index("lesson")
+    assert intel.loc["002-cpu", "runs"] + amd.loc["002-cpu", "runs"] == both.loc["002-cpu", "runs"]
+    assert intel.loc["002-cpu", "band_word"] == "reproduced"
+    assert amd.loc["002-cpu", "band_word"] == "size not reproduced"
+    assert min(intel.loc["002-cpu", "band_share"], amd.loc["002-cpu", "band_share"]) > both.loc["002-cpu", "band_share"]
+    with pytest.raises(HarnessError, match="no committed full run on a processor matching 'arm'"):
+        power_report.power_table(processor="arm")

@@ -569,6 +569,13 @@ def processor_kind(cpu_model: str | None) -> str | None:
     return " ".join(words) or None
 
 
+def processor_matches(cpu_model: str | None, text: str) -> bool:
+    """Whether a run's CPU model, or its kind as the README's table names it (`processor_kind`:
+    "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text` (case-insensitive)."""
+    model = cpu_model or ""
+    return any(text.casefold() in name.casefold() for name in (model, processor_kind(model) or ""))
+
+
 def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:
     """Every committed run with a summary: `data/reference/*` and `data/history/*`, oldest first."""
     base = Path(root) / "data"

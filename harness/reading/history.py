@@ -156,11 +156,7 @@ def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any
     def cpu(rec: dict[str, Any]) -> str:
         return store.cpu_model(rec["run"].manifest) or ""
 
-    def matches(rec: dict[str, Any]) -> bool:
-        model = cpu(rec)
-        return any(text.casefold() in name.casefold() for name in (model, pooling.processor_kind(model) or ""))
-
-    kept = [rec for rec in records if matches(rec)]
+    kept = [rec for rec in records if pooling.processor_matches(cpu(rec), text)]
     if not kept:
         seen = sorted({cpu(rec) or "not recorded" for rec in records})
         raise HarnessError(f"no committed run on a processor matching {text!r}; "

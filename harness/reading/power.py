@@ -17,6 +17,7 @@ import pandas as pd
 from .. import claims, findings, registry
 from ..core import ledger, num, pooling, power
 from ..core.config import REPO_ROOT
+from ..core.errors import HarnessError
 
 POWER_DOC = REPO_ROOT / "docs" / "POWER.md"
 
@@ -47,10 +48,20 @@ def primary_tests(rows: pd.DataFrame) -> int:
     return 2 * int((ledger.is_primary(rows) & rows["comparison"].isin(["ratio", "equivalence"])).sum())
 
 
-def power_table(runs: list[pooling.RunRecord] | None = None) -> pd.DataFrame:
-    """One row per lesson: its primary row, the committed runs' spread, the repeats needed and planned."""
+def power_table(runs: list[pooling.RunRecord] | None = None, processor: str | None = None) -> pd.DataFrame:
+    """One row per lesson: its primary row, the committed runs' spread, the repeats needed and planned.
+    `processor`: only the runs whose CPU model or kind contains it (`pooling.processor_matches`), for
+    a lesson whose runs are two populations, one per kind (002-cpu); a one-line HarnessError naming
+    the runs' processors when none matches."""
     runs = pooling.committed_runs() if runs is None else runs
     full = [r for r in runs if "-full-" in r.run_id]
+    if processor is not None:
+        kept = [r for r in full if pooling.processor_matches(r.cpu_model, processor)]
+        if not kept:
+            seen = sorted({r.cpu_model or "not recorded" for r in full})
+            raise HarnessError(f"no committed full run on a processor matching {processor!r}; "
+                               f"the runs' processors: {'; '.join(seen)}")
+        full = kept
     rows = claims.load().set_index("claim_id", drop=False)
     level = power.decision_level(primary_tests(rows))
     out = []
@@ -104,7 +115,8 @@ def write_doc(table: pd.DataFrame, path: Path = POWER_DOC) -> Path:
         "likelier to read: the share of runs that read it, their estimates spread as the committed runs' do "
         "between runs (hours, boots) and judged at the planned repeats, and how many committed runs read it. "
         "A share well below 100% means the next run can read either word whatever its repeats; the pooled "
-        "row decides the size. A row whose expected estimate "
+        "row decides the size. Where a lesson's runs are two populations, one per kind of processor "
+        "(002-cpu), `harness power --processor TEXT` plans from one kind's runs. A row whose expected estimate "
         "sits on or near its edge cannot be decided by any budget; a row with no committed interval has no "
         "spread to plan from. A row whose premise was not met in every run since the last that gave an "
         "interval is expected to read `premise not met`: its premise is a regime the machine reaches or not, "
