@@ -59,7 +59,7 @@ BAD_INPUT = [
     (["promote", "no-such-run"], "no run 'no-such-run'"),
     (["compare", "no-such-run", "latest"], "no run 'no-such-run'"),
     (["history"], "no committed run"),
-    (["power", "--processor", "arm"], "no committed full run on a processor matching 'arm'"),
+    (["power", "--processor", "arm"], "no committed run on a processor matching 'arm'"),
     (["power", "--write", "--processor", "AMD"], "drop --write or --processor"),
 ]
 

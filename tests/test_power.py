@@ -185,5 +185,5 @@ def test_the_plan_of_one_kind_of_processor_reads_only_its_runs():
     assert intel.loc["002-cpu", "band_word"] == "reproduced"
     assert amd.loc["002-cpu", "band_word"] == "size not reproduced"
     assert min(intel.loc["002-cpu", "band_share"], amd.loc["002-cpu", "band_share"]) > both.loc["002-cpu", "band_share"]
-    with pytest.raises(HarnessError, match="no committed full run on a processor matching 'arm'"):
+    with pytest.raises(HarnessError, match="no committed run on a processor matching 'arm'"):
         power_report.power_table(processor="arm")

@@ -103,10 +103,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -115,6 +115,7 @@ from scipy.optimize import brentq
 from statsmodels.stats.meta_analysis import combine_effects
 
 from . import ledger, num, store
+from .errors import HarnessError
 from .verdicts import (
     DIRECTION_NO_FIGURE,
     DIRECTION_ONLY,
@@ -136,6 +137,7 @@ MATCHES = ("version", "rules", "profile")
 MIN_FOR_PI = 3
 MIN_FOR_VERDICT = 3          # runs (boots) a verdict across runs needs: the module docstring
 ROOT = Path(__file__).resolve().parents[2]   # harness/core/pooling.py
+T = TypeVar("T")   # a run as the caller holds it (a RunRecord, a history record)
 _PROFILE = re.compile(r"^\d{8}T\d{6}Z-([A-Za-z0-9_]+)-[0-9a-f]+$")
 
 
@@ -569,11 +571,21 @@ def processor_kind(cpu_model: str | None) -> str | None:
     return " ".join(words) or None
 
 
-def processor_matches(cpu_model: str | None, text: str) -> bool:
-    """Whether a run's CPU model, or its kind as the README's table names it (`processor_kind`:
-    "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text` (case-insensitive)."""
-    model = cpu_model or ""
-    return any(text.casefold() in name.casefold() for name in (model, processor_kind(model) or ""))
+def of_processor(runs: Sequence[T], text: str, cpu_model_of: Callable[[T], str | None]) -> list[T]:
+    """The runs whose CPU model, or its kind as the README's table names it (`processor_kind`:
+    "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text` (case-insensitive), for a
+    lesson whose size follows the processor (002-cpu: docs/RESULTS.md); `cpu_model_of` reads a
+    run's model. A one-line HarnessError, naming the processors the runs were made on, when no run
+    matches."""
+    def matches(model: str) -> bool:
+        return any(text.casefold() in name.casefold() for name in (model, processor_kind(model) or ""))
+
+    kept = [run for run in runs if matches(cpu_model_of(run) or "")]
+    if not kept:
+        seen = sorted({cpu_model_of(run) or "not recorded" for run in runs})
+        raise HarnessError(f"no committed run on a processor matching {text!r}; "
+                           f"the runs' processors: {'; '.join(seen)}")
+    return kept
 
 
 def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:

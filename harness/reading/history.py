@@ -148,20 +148,10 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
 
 
 def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    """The runs whose machine's CPU model, or its kind as the README's table names it
-    (`pooling.processor_kind`: "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text`
-    (case-insensitive), so that a lesson whose size follows the processor (002-cpu:
-    docs/RESULTS.md) pools over one kind of machine. A one-line HarnessError, naming the processors
-    the runs were made on, when no run matches."""
-    def cpu(rec: dict[str, Any]) -> str:
-        return store.cpu_model(rec["run"].manifest) or ""
-
-    kept = [rec for rec in records if pooling.processor_matches(cpu(rec), text)]
-    if not kept:
-        seen = sorted({cpu(rec) or "not recorded" for rec in records})
-        raise HarnessError(f"no committed run on a processor matching {text!r}; "
-                           f"the runs' processors: {'; '.join(seen)}")
-    return kept
+    """The runs whose machine's CPU model, or its kind, contains `text` (`pooling.of_processor`), so
+    that a lesson whose size follows the processor (002-cpu: docs/RESULTS.md) pools over one kind of
+    machine; a one-line HarnessError naming the runs' processors when none matches."""
+    return pooling.of_processor(records, text, lambda rec: store.cpu_model(rec["run"].manifest))
 
 
 def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,

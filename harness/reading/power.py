@@ -17,7 +17,6 @@ import pandas as pd
 from .. import claims, findings, registry
 from ..core import ledger, num, pooling, power
 from ..core.config import REPO_ROOT
-from ..core.errors import HarnessError
 
 POWER_DOC = REPO_ROOT / "docs" / "POWER.md"
 
@@ -50,18 +49,12 @@ def primary_tests(rows: pd.DataFrame) -> int:
 
 def power_table(runs: list[pooling.RunRecord] | None = None, processor: str | None = None) -> pd.DataFrame:
     """One row per lesson: its primary row, the committed runs' spread, the repeats needed and planned.
-    `processor`: only the runs whose CPU model or kind contains it (`pooling.processor_matches`), for
-    a lesson whose runs are two populations, one per kind (002-cpu); a one-line HarnessError naming
-    the runs' processors when none matches."""
+    `processor`: only the full runs whose CPU model or kind contains it (`pooling.of_processor`), for
+    a lesson whose runs are two populations, one per kind (002-cpu)."""
     runs = pooling.committed_runs() if runs is None else runs
     full = [r for r in runs if "-full-" in r.run_id]
     if processor is not None:
-        kept = [r for r in full if pooling.processor_matches(r.cpu_model, processor)]
-        if not kept:
-            seen = sorted({r.cpu_model or "not recorded" for r in full})
-            raise HarnessError(f"no committed full run on a processor matching {processor!r}; "
-                               f"the runs' processors: {'; '.join(seen)}")
-        full = kept
+        full = pooling.of_processor(full, processor, lambda r: r.cpu_model)
     rows = claims.load().set_index("claim_id", drop=False)
     level = power.decision_level(primary_tests(rows))
     out = []
