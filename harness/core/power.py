@@ -56,7 +56,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from . import num
-from .pooling import NotPoolable, RunRecord, row_input
+from .pooling import NotPoolable, RunRecord, interval_from, row_input
 from .stats import ALPHA
 from .verdicts import PREMISE_NOT_MET, REPRODUCED, SIZE_NOT_REPRODUCED
 
@@ -161,8 +161,8 @@ def _band_on_the_estimate_s_side(row: Mapping[str, Any], nulls: Sequence[float],
     """The band's edges, when the expected estimate lies on the band's side of the null: the band's
     two words (`reproduced`, `size not reproduced`) need the seed's direction; an estimate on the
     other side reads `not reproduced`, whatever the band (001-models, 002-decide)."""
-    band = [e for e in edges(row) if e not in nulls]
-    if row.get("comparison") != "ratio" or not nulls:
+    band = [e for e in edges(row) if e not in nulls]   # empty but for a ratio row, whose one null is its reference
+    if not band:
         return band
     side = log_estimate - math.log(nulls[0])
     return [e for e in band if (math.log(e) - math.log(nulls[0])) * side > 0]
@@ -173,10 +173,11 @@ def _outward(row: Mapping[str, Any], edge: float) -> int:
     return 1 if edge == num.finite(row.get("band_high")) else -1
 
 
-def reads_outside(log_estimate: float, half: float, edge: float, outward: int) -> bool:
-    """Whether an interval (log estimate +- half) lies wholly beyond the band's edge: `size not
-    reproduced`; otherwise it overlaps the band: `reproduced`."""
-    return outward * (log_estimate - math.log(edge)) > half
+def reads_outside(interval: tuple[float, float], edge: float, outward: int) -> bool:
+    """Whether an interval (ratio scale) lies wholly beyond the band's edge: `size not reproduced`;
+    otherwise it overlaps the band: `reproduced`."""
+    low, high = interval
+    return low > edge if outward > 0 else high < edge
 
 
 def outside_share(log_estimate: float, between_sd_log: float, half: float, edge: float, outward: int) -> float:
@@ -199,9 +200,8 @@ def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], h
     if not math.isfinite(share):
         return {}
     outside = share >= 0.5
-    seen = sum(reads_outside(g.log_estimate, float(sps.t.ppf((1 + g.level) / 2, g.n - 1)) * g.std_error,
-                             edge, outward) == outside
-               for g in spread["inputs"] if g.n >= 2)
+    seen = sum(reads_outside(interval_from(g.log_estimate, g.std_error, g.n, g.level), edge, outward) == outside
+               for g in spread["inputs"])   # row_input keeps only runs with n >= 2
     return {"band_word": SIZE_NOT_REPRODUCED if outside else REPRODUCED,
             "band_share": share if outside else 1 - share, "band_seen": seen}
 
