@@ -353,10 +353,12 @@ def power_cmd(write_doc, processor) -> None:
 
     if write_doc and processor:
         raise click.UsageError("docs/POWER.md plans from every processor's runs: drop --write or --processor")
-    table = power.power_table(processor=processor)
-    click.echo(power.power_text(table))
     if write_doc:
-        click.echo(f"written: {power.write_doc(table)}")
+        tables = power.by_processor()
+        click.echo(power.power_text(tables[power.ALL_PROCESSORS]))
+        click.echo(f"written: {power.write_doc(tables)}")
+        return
+    click.echo(power.power_text(power.power_table(processor=processor)))
 
 
 @cli.command("summarise")

@@ -420,17 +420,12 @@ def committed_by_processor(lessons: Sequence[Lesson] = LESSONS, root: Path = REP
                            ) -> dict[str, dict[str, Mapping[str, Any]]]:
     """Each lesson's primary row pooled by rules (`match="rules"`: the committed runs judged by the
     newest run's verdict rules, whatever their code versions) over every processor, then over each
-    kind's runs (`pooling.processor_kind`): label -> claim id -> pooled row. `ALL_PROCESSORS` first,
+    kind's runs (`pooling.by_processor_kind`): label -> claim id -> pooled row. `ALL_PROCESSORS` first,
     then the kinds by name; runs that recorded no processor count only in the first. `runs`: as in
     `committed_pooled`."""
     runs = list(pooling.committed_runs(root) if runs is None else runs)
     claims = [lesson.claims[0] for lesson in lessons]
-    by_kind: dict[str, list[pooling.RunRecord]] = {}
-    for run in runs:
-        kind = pooling.processor_kind(run.cpu_model)
-        if kind:
-            by_kind.setdefault(kind, []).append(run)
-    groups = {ALL_PROCESSORS: runs, **dict(sorted(by_kind.items()))}
+    groups = {ALL_PROCESSORS: runs, **pooling.by_processor_kind(runs)}
     out: dict[str, dict[str, Mapping[str, Any]]] = {}
     for label, group in groups.items():
         frame = pooling.pooled_lessons(group, claims, match="rules")

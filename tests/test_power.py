@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
@@ -187,3 +188,28 @@ def test_the_plan_of_one_kind_of_processor_reads_only_its_runs():
     assert min(intel.loc["002-cpu", "band_share"], amd.loc["002-cpu", "band_share"]) > both.loc["002-cpu", "band_share"]
     with pytest.raises(HarnessError, match="no committed run on a processor matching 'arm'"):
         power_report.power_table(processor="arm")
+
+
+def test_each_kind_of_processor_forecasts_its_own_word_in_the_committed_doc():
+    """POWER.md's last table: the forecast over every processor's runs, then each kind's, side by
+    side; a lesson with no band word in any group has no row."""
+    tables = power_report.by_processor()
+    labels = list(tables)
+    assert labels[0] == power_report.ALL_PROCESSORS and len(labels) >= 3
+    cpu = {label: t.set_index("lesson").loc["002-cpu"] for label, t in tables.items()}
+    assert sum(int(cpu[k]["runs"]) for k in labels[1:]) == int(cpu[labels[0]]["runs"])
+    assert {str(cpu[k]["band_word"]) for k in labels[1:]} == {"reproduced", "size not reproduced"}
+    text = power_report.band_words_text(tables)
+    assert "| 002-cpu | " in text and "| 000-mixed |" not in text and "| 001-cursor |" not in text
+    assert text in power_report.POWER_DOC.read_text()
+
+
+def test_the_side_by_side_forecast_shows_each_group_s_own_share_and_count():
+    def group(word, share, seen, runs):
+        return pd.DataFrame([{"lesson": lesson.id, "band_word": word if lesson.id == "002-cpu" else None,
+                              "band_share": share, "band_seen": seen, "runs": runs} for lesson in findings.LESSONS])
+
+    text = power_report.band_words_text({"all": group("reproduced", 0.54, 9, 21),
+                                         "AMD": group("size not reproduced", 0.84, 12, 14)})
+    assert text.splitlines() == ["| lesson | all | AMD |", "|---|---|---|",
+                                 "| 002-cpu | `reproduced`: 54% (9 of 21) | `size not reproduced`: 84% (12 of 14) |"]

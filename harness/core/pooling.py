@@ -571,6 +571,17 @@ def processor_kind(cpu_model: str | None) -> str | None:
     return " ".join(words) or None
 
 
+def by_processor_kind(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The runs grouped by their processor's kind (`processor_kind`), kinds in name order; runs that
+    recorded no processor are in no group."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        kind = processor_kind(run.cpu_model)
+        if kind:
+            groups.setdefault(kind, []).append(run)
+    return dict(sorted(groups.items()))
+
+
 def of_processor(runs: Sequence[T], text: str, cpu_model_of: Callable[[T], str | None]) -> list[T]:
     """The runs whose CPU model, or its kind as the README's table names it (`processor_kind`:
     "Intel Xeon" for "Intel(R) Xeon(R) Processor"), contains `text` (case-insensitive), for a

@@ -19,6 +19,7 @@ from ..core import ledger, num, pooling, power
 from ..core.config import REPO_ROOT
 
 POWER_DOC = REPO_ROOT / "docs" / "POWER.md"
+ALL_PROCESSORS = findings.ALL_PROCESSORS
 
 
 def planned_repeats(row: Mapping[str, Any], profile: str = "full") -> int | None:
@@ -67,6 +68,15 @@ def power_table(runs: list[pooling.RunRecord] | None = None, processor: str | No
     return pd.DataFrame(out)
 
 
+def by_processor(runs: list[pooling.RunRecord] | None = None) -> dict[str, pd.DataFrame]:
+    """`power_table` over every processor's runs, then over each kind's (`pooling.by_processor_kind`):
+    label -> table, `ALL_PROCESSORS` first. A kind with no full run is left out."""
+    runs = pooling.committed_runs() if runs is None else runs
+    kinds = pooling.by_processor_kind([r for r in runs if "-full-" in r.run_id])
+    return {ALL_PROCESSORS: power_table(runs),
+            **{kind: power_table(group) for kind, group in kinds.items()}}
+
+
 def _f(x: Any, digits: int = 3) -> str:
     v = num.finite(x)
     return "—" if v is None else f"{v:.{digits}g}"
@@ -83,14 +93,49 @@ def power_text(table: pd.DataFrame) -> str:
 
     for r in table.itertuples():
         band = "—" if pd.isna(r.band_edge) else f"{_f(r.band_edge)} ({count(r.band_repeats)})"
-        word = (f"`{r.band_word}`: {r.band_share:.0%} ({count(r.band_seen)} of {r.runs})" if r.band_word else "—")
+        word = _band_word_text(r)
         lines.append(f"| {r.lesson} | {r.claim_id} | {r.runs} | {_f(r.estimate)} | {_f(r.sd_log)} "
                      f"({_f(r.between_sd_log)}) | {_f(r.nearest_edge)} | {count(r.needed)} | {count(r.planned)} | "
                      f"{band} | {word} | {r.note} |")
     return "\n".join(lines)
 
 
-def write_doc(table: pd.DataFrame, path: Path = POWER_DOC) -> Path:
+def _has_word(row: Any) -> bool:
+    """Whether a plan row forecasts a band word (a table built from records may hold NaN for none)."""
+    return isinstance(row.band_word, str) and bool(row.band_word)
+
+
+def _band_word_text(row: Any) -> str:
+    """A plan row's forecast word: `word`: predicted share (committed runs that read it of its runs)."""
+    if not _has_word(row):
+        return "—"
+    return f"`{row.band_word}`: {row.band_share:.0%} ({int(row.band_seen)} of {row.runs})"
+
+
+def band_words_text(tables: Mapping[str, pd.DataFrame]) -> str:
+    """`by_processor`'s forecasts side by side: one row per lesson that has a band word in some
+    group, one column per group."""
+    lines = ["| lesson | " + " | ".join(tables) + " |", "|" + "---|" * (len(tables) + 1)]
+    indexed = [t.set_index("lesson") for t in tables.values()]
+    for lesson in findings.LESSONS:
+        rows = [t.loc[lesson.id] for t in indexed]
+        if any(_has_word(r) for r in rows):
+            lines.append(f"| {lesson.id} | " + " | ".join(_band_word_text(r) for r in rows) + " |")
+    return "\n".join(lines)
+
+
+BY_PROCESSOR_HEAD = (
+    "## A run's band word by kind of processor\n\n"
+    "The same forecast planned from every processor's runs, then from each kind's runs alone "
+    "(`harness power --processor TEXT`): where a lesson's size follows the processor, the spread between "
+    "all runs mixes two populations, and a run answers the lesson for its own kind of machine. Each cell: "
+    "the likelier word, the share of runs predicted to read it at the planned repeats, and how many of the "
+    "group's committed runs read it.\n\n")
+
+
+def write_doc(tables: Mapping[str, pd.DataFrame], path: Path = POWER_DOC) -> Path:
+    """docs/POWER.md from `by_processor`'s tables: the plan over every processor's runs, which the
+    `full` profile follows, then the band word each kind of processor forecasts."""
     tests = primary_tests(claims.load())
     level = power.decision_level(tests)
     head = (
@@ -109,12 +154,14 @@ def write_doc(table: pd.DataFrame, path: Path = POWER_DOC) -> Path:
         "between runs (hours, boots) and judged at the planned repeats, and how many committed runs read it. "
         "A share well below 100% means the next run can read either word whatever its repeats; the pooled "
         "row decides the size. Where a lesson's runs are two populations, one per kind of processor "
-        "(002-cpu), `harness power --processor TEXT` plans from one kind's runs. A row whose expected estimate "
+        "(002-cpu), `harness power --processor TEXT` plans from one kind's runs, and the last table gives each "
+        "kind's forecast. A row whose expected estimate "
         "sits on or near its edge cannot be decided by any budget; a row with no committed interval has no "
         "spread to plan from. A row whose premise was not met in every run since the last that gave an "
         "interval is expected to read `premise not met`: its premise is a regime the machine reaches or not, "
         "which repeats do not change. A lesson whose row is short here is expected to read `inconclusive`: this "
         "table, committed before the run, is where the study says so. The spread between runs (in brackets) "
         "is not reduced by repeats within a run: `harness history --lessons` pools the runs across boots.\n\n")
-    path.write_text(head + power_text(table) + "\n")
+    text = power_text(tables[ALL_PROCESSORS]) + "\n\n" + BY_PROCESSOR_HEAD + band_words_text(tables)
+    path.write_text(head + text + "\n")
     return path
