@@ -201,7 +201,17 @@ def test_each_kind_of_processor_forecasts_its_own_word_in_the_committed_doc():
     assert {str(cpu[k]["band_word"]) for k in labels[1:]} == {"reproduced", "size not reproduced"}
     text = power_report.band_words_text(tables)
     assert "| 002-cpu | " in text and "| 000-mixed |" not in text and "| 001-cursor |" not in text
-    assert text in power_report.POWER_DOC.read_text()
+    doc = power_report.POWER_DOC.read_text()
+    assert text in doc
+    checks = {"from every earlier run": power_report.forecast_check(),
+              "from its own kind's": power_report.forecast_check(own_kind=True)}
+    assert power_report.forecast_check_text(checks) in doc
+    # Every kept run after the second is checked, and the own-kind forecast is the better calibrated
+    # for 002-cpu, whose runs are two populations (docs/RESULTS.md).
+    cpu = {k: c[c["lesson"] == "002-cpu"] for k, c in checks.items()}
+    assert all(len(c) for c in cpu.values())
+    misses = {k: abs(c["hit"].sum() - c["share"].sum()) for k, c in cpu.items()}
+    assert misses["from its own kind's"] < misses["from every earlier run"]
 
 
 def test_the_side_by_side_forecast_shows_each_group_s_own_share_and_count():
@@ -213,3 +223,35 @@ def test_the_side_by_side_forecast_shows_each_group_s_own_share_and_count():
                                          "AMD": group("size not reproduced", 0.84, 12, 14)})
     assert text.splitlines() == ["| lesson | all | AMD |", "|---|---|---|",
                                  "| 002-cpu | `reproduced`: 54% (9 of 21) | `size not reproduced`: 84% (12 of 14) |"]
+
+
+def test_each_run_is_checked_against_the_forecast_of_the_runs_before_it():
+    """Two kinds of processor, alternating in time, one inside 002-cpu's band (×2.3) and one below it
+    (×1.3): forecast from every earlier run, the mixture misses runs of both kinds; from the earlier
+    runs of the run's own kind, every forecast hits. A run is forecast only from runs before it, and
+    only once two of them give intervals."""
+    row = claims.load().set_index("claim_id").loc["002-bound20-03"]
+
+    def summary(ratio: float) -> dict:
+        s = _summary("002-bound20-03", ratio, 0.09, 8, a=str(row["a"]))
+        s["claims"][0]["b"] = str(row["b"])
+        return s
+
+    kinds = ["Intel(R) Xeon(R) Processor", "AMD EPYC"]
+    runs = [pooling.RunRecord(f"2026120{k}T000000Z-full-000{k}", f"boot-{k}",
+                              summary((2.3, 1.3)[k % 2] * (1 + 0.02 * k)), {}, cpu_model=kinds[k % 2])
+            for k in range(8)]
+    mixed = power_report.forecast_check(runs)
+    own = power_report.forecast_check(runs, own_kind=True)
+    assert set(mixed["lesson"]) == set(own["lesson"]) == {"002-cpu"}
+    assert list(mixed["run_id"]) == [r.run_id for r in runs[2:]]          # two earlier runs at least
+    assert list(own["run_id"]) == [r.run_id for r in runs[4:]]            # two earlier runs of its kind
+    assert own["hit"].all() and set(own["read"]) == {"reproduced", "size not reproduced"}
+    assert not mixed["hit"].all()
+    first = mixed.iloc[0]                                                  # forecast from runs 0 and 1 alone
+    expected = power.plan(runs[:2], {"002-bound20-03": {**row.to_dict(), "claim_id": "002-bound20-03"}},
+                          {"002-bound20-03": 8}).iloc[0]
+    assert first["word"] == expected["band_word"] and first["share"] == pytest.approx(expected["band_share"])
+    text = power_report.forecast_check_text({"every": mixed, "own": own})
+    every = f"6, {mixed['share'].sum():.1f}, {int(mixed['hit'].sum())}"
+    assert f"| 002-cpu | {every} | 4, {own['share'].sum():.1f}, 4 |" in text

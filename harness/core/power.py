@@ -56,7 +56,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from . import num
-from .pooling import NotPoolable, RunRecord, interval_from, row_input
+from .pooling import NotPoolable, RowInput, RunRecord, interval_from, row_input
 from .stats import ALPHA
 from .verdicts import PREMISE_NOT_MET, REPRODUCED, SIZE_NOT_REPRODUCED
 
@@ -190,6 +190,13 @@ def outside_share(log_estimate: float, between_sd_log: float, half: float, edge:
     return float(sps.norm.cdf(outward * (log_estimate - threshold) / between_sd_log))
 
 
+def word_read(row: Mapping[str, Any], edge: float, run: RowInput) -> str:
+    """The band word one run's own interval reads against the band's edge `edge` (`reads_outside`):
+    `size not reproduced` wholly beyond it, `reproduced` otherwise."""
+    interval = interval_from(run.log_estimate, run.std_error, run.n, run.level)
+    return SIZE_NOT_REPRODUCED if reads_outside(interval, edge, _outward(row, edge)) else REPRODUCED
+
+
 def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], have: int | None) -> dict[str, Any]:
     """The word a run with `have` repeats is likelier to read against the band's nearest edge, the
     predicted share of runs that read it, and how many of the committed runs read it (their own
@@ -200,10 +207,9 @@ def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], h
     if not math.isfinite(share):
         return {}
     outside = share >= 0.5
-    seen = sum(reads_outside(interval_from(g.log_estimate, g.std_error, g.n, g.level), edge, outward) == outside
-               for g in spread["inputs"])   # row_input keeps only runs with n >= 2
-    return {"band_word": SIZE_NOT_REPRODUCED if outside else REPRODUCED,
-            "band_share": share if outside else 1 - share, "band_seen": seen}
+    word = SIZE_NOT_REPRODUCED if outside else REPRODUCED
+    seen = sum(word_read(row, edge, g) == word for g in spread["inputs"])   # row_input keeps only runs with n >= 2
+    return {"band_word": word, "band_share": share if outside else 1 - share, "band_seen": seen}
 
 
 def plan(runs: Sequence[RunRecord], rows: Mapping[str, Mapping[str, Any]], planned: Mapping[str, int],

@@ -8,7 +8,7 @@ profiles were set (`--write`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,68 @@ def by_processor(runs: list[pooling.RunRecord] | None = None) -> dict[str, pd.Da
             **{kind: power_table(group) for kind, group in kinds.items()}}
 
 
+def forecast_check(runs: list[pooling.RunRecord] | None = None, own_kind: bool = False) -> pd.DataFrame:
+    """Each committed full run's band words against the forecast made from the full runs before it
+    alone (run ids start with their UTC time), at the run's own repeats: one row per run and lesson
+    that had a forecast (two earlier runs with intervals at least) and an interval of its own.
+    `own_kind`: from the earlier runs on the run's own kind of processor only (`pooling.processor_kind`).
+    Columns: run_id, lesson, word (forecast), share (predicted), read (the run's own word against the
+    forecast's band edge), hit."""
+    runs = pooling.committed_runs() if runs is None else runs
+    full = sorted((r for r in runs if "-full-" in r.run_id), key=lambda r: r.run_id)
+    rows = claims.load().set_index("claim_id", drop=False)
+    out = []
+    for i, run in enumerate(full):
+        kind = pooling.processor_kind(run.cpu_model)
+        earlier = [r for r in full[:i] if not own_kind or pooling.processor_kind(r.cpu_model) == kind]
+        for lesson in findings.LESSONS:
+            row = rows.loc[lesson.claims[0]].to_dict()
+            own = power.row_spread([run], row["claim_id"]) if same_definition(run, row) else None
+            if not own or not own["runs"]:
+                continue
+            have: pooling.RowInput = own["inputs"][0]
+            before = [r for r in earlier if same_definition(r, row)]
+            got = power.plan(before, {row["claim_id"]: row}, {row["claim_id"]: have.n}).iloc[0]
+            if not got["band_word"]:
+                continue
+            read = power.word_read(row, float(got["band_edge"]), have)
+            out.append({"run_id": run.run_id, "lesson": lesson.id, "word": got["band_word"],
+                        "share": float(got["band_share"]), "read": read, "hit": read == got["band_word"]})
+    return pd.DataFrame(out, columns=["run_id", "lesson", "word", "share", "read", "hit"])
+
+
+def forecast_check_text(checks: Mapping[str, pd.DataFrame]) -> str:
+    """`forecast_check`'s rows per lesson, one column per way of forecasting: runs forecast, the hits
+    the predicted shares expect (their sum) and the hits."""
+    def cell(g: pd.DataFrame) -> str:
+        return "—" if g.empty else f"{len(g)}, {g['share'].sum():.1f}, {int(g['hit'].sum())}"
+
+    rows = []
+    for lesson in [*(x.id for x in findings.LESSONS), "all"]:
+        parts = [c if lesson == "all" else c[c["lesson"] == lesson] for c in checks.values()]
+        if any(len(g) for g in parts):
+            rows.append((lesson, [cell(g) for g in parts]))
+    return _lesson_table([f"{label}: runs, hits expected, hits" for label in checks], rows)
+
+
+def _lesson_table(columns: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """A markdown table with a lesson column, then `columns`; `rows`: (lesson, its cells)."""
+    lines = ["| lesson | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    lines += [f"| {lesson} | " + " | ".join(cells) + " |" for lesson, cells in rows]
+    return "\n".join(lines)
+
+
+FORECAST_CHECK_HEAD = (
+    "## How the forecast fared, each run forecast from the runs before it\n\n"
+    "Each committed full run, in time order, judged against the forecast the runs before it alone would "
+    "have given, at its own repeats (`power.forecast_check`): from every earlier run, and from the earlier "
+    "runs on its own kind of processor. Per lesson: the runs forecast (two earlier runs with intervals at "
+    "least), the hits the predicted shares expect (their sum), and the hits (runs whose own interval read the "
+    "forecast word against the forecast's band edge). Hits near their expected count say the shares are "
+    "calibrated; far fewer, that they are too confident. A lesson whose runs are two populations is "
+    "forecast well only from its own kind's runs (002-cpu).\n\n")
+
+
 def _f(x: Any, digits: int = 3) -> str:
     v = num.finite(x)
     return "—" if v is None else f"{v:.{digits}g}"
@@ -115,13 +177,13 @@ def _band_word_text(row: Any) -> str:
 def band_words_text(tables: Mapping[str, pd.DataFrame]) -> str:
     """`by_processor`'s forecasts side by side: one row per lesson that has a band word in some
     group, one column per group."""
-    lines = ["| lesson | " + " | ".join(tables) + " |", "|" + "---|" * (len(tables) + 1)]
     indexed = [t.set_index("lesson") for t in tables.values()]
+    rows = []
     for lesson in findings.LESSONS:
-        rows = [t.loc[lesson.id] for t in indexed]
-        if any(_has_word(r) for r in rows):
-            lines.append(f"| {lesson.id} | " + " | ".join(_band_word_text(r) for r in rows) + " |")
-    return "\n".join(lines)
+        plans = [t.loc[lesson.id] for t in indexed]
+        if any(_has_word(p) for p in plans):
+            rows.append((lesson.id, [_band_word_text(p) for p in plans]))
+    return _lesson_table(list(tables), rows)
 
 
 BY_PROCESSOR_HEAD = (
@@ -154,14 +216,17 @@ def write_doc(tables: Mapping[str, pd.DataFrame], path: Path = POWER_DOC) -> Pat
         "between runs (hours, boots) and judged at the planned repeats, and how many committed runs read it. "
         "A share well below 100% means the next run can read either word whatever its repeats; the pooled "
         "row decides the size. Where a lesson's runs are two populations, one per kind of processor "
-        "(002-cpu), `harness power --processor TEXT` plans from one kind's runs, and the last table gives each "
-        "kind's forecast. A row whose expected estimate "
+        "(002-cpu), `harness power --processor TEXT` plans from one kind's runs, the second table gives each "
+        "kind's forecast, and the last checks the forecasts on the committed runs, each from the runs before "
+        "it. A row whose expected estimate "
         "sits on or near its edge cannot be decided by any budget; a row with no committed interval has no "
         "spread to plan from. A row whose premise was not met in every run since the last that gave an "
         "interval is expected to read `premise not met`: its premise is a regime the machine reaches or not, "
         "which repeats do not change. A lesson whose row is short here is expected to read `inconclusive`: this "
         "table, committed before the run, is where the study says so. The spread between runs (in brackets) "
         "is not reduced by repeats within a run: `harness history --lessons` pools the runs across boots.\n\n")
-    text = power_text(tables[ALL_PROCESSORS]) + "\n\n" + BY_PROCESSOR_HEAD + band_words_text(tables)
+    checks = {"from every earlier run": forecast_check(), "from its own kind's": forecast_check(own_kind=True)}
+    text = (power_text(tables[ALL_PROCESSORS]) + "\n\n" + BY_PROCESSOR_HEAD + band_words_text(tables) + "\n\n"
+            + FORECAST_CHECK_HEAD + forecast_check_text(checks))
     path.write_text(head + text + "\n")
     return path
