@@ -190,10 +190,10 @@ def outside_share(log_estimate: float, between_sd_log: float, half: float, edge:
     return float(sps.norm.cdf(outward * (log_estimate - threshold) / between_sd_log))
 
 
-def word_read(row: Mapping[str, Any], edge: float, run: RowInput) -> str:
-    """The band word one run's own interval reads against the band's edge `edge` (`reads_outside`):
-    `size not reproduced` wholly beyond it, `reproduced` otherwise."""
-    interval = interval_from(run.log_estimate, run.std_error, run.n, run.level)
+def word_read(row: Mapping[str, Any], edge: float, measured: RowInput) -> str:
+    """The band word one run's own interval (`measured`: its `row_input`) reads against the band's
+    edge `edge` (`reads_outside`): `size not reproduced` wholly beyond it, `reproduced` otherwise."""
+    interval = interval_from(measured.log_estimate, measured.std_error, measured.n, measured.level)
     return SIZE_NOT_REPRODUCED if reads_outside(interval, edge, _outward(row, edge)) else REPRODUCED
 
 

@@ -96,12 +96,12 @@ def forecast_check(runs: list[pooling.RunRecord] | None = None, own_kind: bool =
             own = power.row_spread([run], row["claim_id"]) if same_definition(run, row) else None
             if not own or not own["runs"]:
                 continue
-            have: pooling.RowInput = own["inputs"][0]
+            measured: pooling.RowInput = own["inputs"][0]
             before = [r for r in earlier if same_definition(r, row)]
-            got = power.plan(before, {row["claim_id"]: row}, {row["claim_id"]: have.n}).iloc[0]
+            got = power.plan(before, {row["claim_id"]: row}, {row["claim_id"]: measured.n}).iloc[0]
             if not got["band_word"]:
                 continue
-            read = power.word_read(row, float(got["band_edge"]), have)
+            read = power.word_read(row, float(got["band_edge"]), measured)
             out.append({"run_id": run.run_id, "lesson": lesson.id, "word": got["band_word"],
                         "share": float(got["band_share"]), "read": read, "hit": read == got["band_word"]})
     return pd.DataFrame(out, columns=["run_id", "lesson", "word", "share", "read", "hit"])
