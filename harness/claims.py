@@ -87,6 +87,7 @@ from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are 
     Missing,
     Premise,
     band,
+    beyond_band,
     is_primary,
     load,
     normalise_bottleneck,
@@ -303,10 +304,9 @@ def _decide(row: Mapping[str, Any], out: dict[str, Any], p_seed: float, p_opp: f
         if lo_b is None or hi_b is None:
             out.update(verdict=DIRECTION_NO_FIGURE,
                        reason=_join(out["reason"], "no seed number: the direction is all there is to judge"))
-        elif where[1] < lo_b or where[0] > hi_b:
+        elif side := beyond_band(where, lo_b, hi_b):
             out.update(verdict=SIZE_NOT_REPRODUCED,
-                       reason=_join(out["reason"], f"the direction holds; the size lies "
-                                                   f"{'below' if where[1] < lo_b else 'above'} the seed's band "
+                       reason=_join(out["reason"], f"the direction holds; the size lies {side} the seed's band "
                                                    f"[{num.sig3(lo_b)}, {num.sig3(hi_b)}]"))
         else:
             out["verdict"] = REPRODUCED

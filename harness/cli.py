@@ -349,14 +349,16 @@ def history_cmd(figure, changed, include_new, lessons, pool_by, processor, data_
 def power_cmd(write_doc, processor) -> None:
     """The repeats each lesson's primary row needs to be decided (the rule in harness/core/power.py),
     from the committed full runs' spread, beside the repeats the full profile plans."""
+    from .core import pooling
     from .reading import power
 
     if write_doc and processor:
         raise click.UsageError("docs/POWER.md plans from every processor's runs: drop --write or --processor")
     if write_doc:
-        tables = power.by_processor()
+        runs = pooling.committed_runs()   # read once: the plans and the check use the same runs
+        tables = power.by_processor(runs)
         click.echo(power.power_text(tables[power.ALL_PROCESSORS]))
-        click.echo(f"written: {power.write_doc(tables)}")
+        click.echo(f"written: {power.write_doc(tables, power.forecast_checks(runs))}")
         return
     click.echo(power.power_text(power.power_table(processor=processor)))
 

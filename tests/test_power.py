@@ -193,7 +193,8 @@ def test_the_plan_of_one_kind_of_processor_reads_only_its_runs():
 def test_each_kind_of_processor_forecasts_its_own_word_in_the_committed_doc():
     """POWER.md's last table: the forecast over every processor's runs, then each kind's, side by
     side; a lesson with no band word in any group has no row."""
-    tables = power_report.by_processor()
+    runs = pooling.committed_runs()
+    tables = power_report.by_processor(runs)
     labels = list(tables)
     assert labels[0] == power_report.ALL_PROCESSORS and len(labels) >= 3
     cpu = {label: t.set_index("lesson").loc["002-cpu"] for label, t in tables.items()}
@@ -203,8 +204,7 @@ def test_each_kind_of_processor_forecasts_its_own_word_in_the_committed_doc():
     assert "| 002-cpu | " in text and "| 000-mixed |" not in text and "| 001-cursor |" not in text
     doc = power_report.POWER_DOC.read_text()
     assert text in doc
-    checks = {"from every earlier run": power_report.forecast_check(),
-              "from its own kind's": power_report.forecast_check(own_kind=True)}
+    checks = power_report.forecast_checks(runs)
     assert power_report.forecast_check_text(checks) in doc
     # Every kept run after the second is checked, and the own-kind forecast is the better calibrated
     # for 002-cpu, whose runs are two populations (docs/RESULTS.md).

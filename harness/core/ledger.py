@@ -269,6 +269,15 @@ def band(seed: float | None, reference: float, direction: str) -> tuple[float, f
     return low, high
 
 
+def beyond_band(interval: tuple[float, float], low: float, high: float) -> str | None:
+    """Where an interval (ratio scale) lies against a band [low, high]: "below" or "above" when
+    wholly outside it (the direction may hold, the size is not the seed's), None when it overlaps
+    the band. The one band rule of a run's verdict (harness.claims), a pooled verdict
+    (harness.core.pooling) and the band word a run reads (harness.core.power)."""
+    lo, hi = interval
+    return "below" if hi < low else "above" if lo > high else None
+
+
 @dataclass(frozen=True)
 class Premise:
     """A parsed `premise`: the bottleneck labels (normalised), whether they must match (`negate`

@@ -513,9 +513,7 @@ def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
     band_lo, band_hi = num.finite(row.get("band_low")), num.finite(row.get("band_high"))
     if band_lo is None or band_hi is None:
         return DIRECTION_NO_FIGURE
-    if hi < band_lo or lo > band_hi:
-        return SIZE_NOT_REPRODUCED
-    return REPRODUCED
+    return SIZE_NOT_REPRODUCED if ledger.beyond_band((lo, hi), band_lo, band_hi) else REPRODUCED
 
 
 # -- runs ------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from . import num
+from . import ledger, num
 from .pooling import NotPoolable, RowInput, RunRecord, interval_from, row_input
 from .stats import ALPHA
 from .verdicts import PREMISE_NOT_MET, REPRODUCED, SIZE_NOT_REPRODUCED
@@ -173,13 +173,6 @@ def _outward(row: Mapping[str, Any], edge: float) -> int:
     return 1 if edge == num.finite(row.get("band_high")) else -1
 
 
-def reads_outside(interval: tuple[float, float], edge: float, outward: int) -> bool:
-    """Whether an interval (ratio scale) lies wholly beyond the band's edge: `size not reproduced`;
-    otherwise it overlaps the band: `reproduced`."""
-    low, high = interval
-    return low > edge if outward > 0 else high < edge
-
-
 def outside_share(log_estimate: float, between_sd_log: float, half: float, edge: float, outward: int) -> float:
     """The share of runs, their log estimates spread normally (sd between_sd_log) around
     log_estimate, whose interval of half-width `half` lies wholly beyond the edge; NaN without a
@@ -190,11 +183,13 @@ def outside_share(log_estimate: float, between_sd_log: float, half: float, edge:
     return float(sps.norm.cdf(outward * (log_estimate - threshold) / between_sd_log))
 
 
-def word_read(row: Mapping[str, Any], edge: float, measured: RowInput) -> str:
-    """The band word one run's own interval (`measured`: its `row_input`) reads against the band's
-    edge `edge` (`reads_outside`): `size not reproduced` wholly beyond it, `reproduced` otherwise."""
+def word_read(row: Mapping[str, Any], measured: RowInput) -> str:
+    """The band word one run's own interval (`measured`: its `row_input`) reads against the row's
+    band as the ledger gives it today (`ledger.beyond_band`, the verdict's own rule): `size not
+    reproduced` wholly outside it, `reproduced` otherwise."""
     interval = interval_from(measured.log_estimate, measured.std_error, measured.n, measured.level)
-    return SIZE_NOT_REPRODUCED if reads_outside(interval, edge, _outward(row, edge)) else REPRODUCED
+    outside = ledger.beyond_band(interval, float(row["band_low"]), float(row["band_high"]))
+    return SIZE_NOT_REPRODUCED if outside else REPRODUCED
 
 
 def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], have: int | None) -> dict[str, Any]:
@@ -208,7 +203,7 @@ def _band_word(row: Mapping[str, Any], edge: float, spread: Mapping[str, Any], h
         return {}
     outside = share >= 0.5
     word = SIZE_NOT_REPRODUCED if outside else REPRODUCED
-    seen = sum(word_read(row, edge, g) == word for g in spread["inputs"])   # row_input keeps only runs with n >= 2
+    seen = sum(word_read(row, g) == word for g in spread["inputs"])   # row_input keeps only runs with n >= 2
     return {"band_word": word, "band_share": share if outside else 1 - share, "band_seen": seen}
 
 

@@ -79,32 +79,40 @@ def by_processor(runs: list[pooling.RunRecord] | None = None) -> dict[str, pd.Da
 
 def forecast_check(runs: list[pooling.RunRecord] | None = None, own_kind: bool = False) -> pd.DataFrame:
     """Each committed full run's band words against the forecast made from the full runs before it
-    alone (run ids start with their UTC time), at the run's own repeats: one row per run and lesson
-    that had a forecast (two earlier runs with intervals at least) and an interval of its own.
-    `own_kind`: from the earlier runs on the run's own kind of processor only (`pooling.processor_kind`).
-    Columns: run_id, lesson, word (forecast), share (predicted), read (the run's own word against the
-    forecast's band edge), hit."""
+    alone (run ids start with their UTC time), at the run's own repeats: one row per lesson and run
+    (in time order) that had a forecast (two earlier runs with intervals at least) and an interval
+    of its own. `own_kind`: from the earlier runs on the run's own kind of processor only
+    (`pooling.processor_kind`). Columns: run_id, lesson, word (forecast), share (predicted), read
+    (the run's own word against the band), hit."""
     runs = pooling.committed_runs() if runs is None else runs
     full = sorted((r for r in runs if "-full-" in r.run_id), key=lambda r: r.run_id)
     rows = claims.load().set_index("claim_id", drop=False)
     out = []
-    for i, run in enumerate(full):
-        kind = pooling.processor_kind(run.cpu_model)
-        earlier = [r for r in full[:i] if not own_kind or pooling.processor_kind(r.cpu_model) == kind]
-        for lesson in findings.LESSONS:
-            row = rows.loc[lesson.claims[0]].to_dict()
-            own = power.row_spread([run], row["claim_id"]) if same_definition(run, row) else None
-            if not own or not own["runs"]:
+    for lesson in findings.LESSONS:
+        row = rows.loc[lesson.claims[0]].to_dict()
+        claim_id = row["claim_id"]
+        mine = [r for r in full if same_definition(r, row)]
+        for i, run in enumerate(mine):
+            try:
+                measured = pooling.row_input(run.summary, claim_id)
+            except pooling.NotPoolable:   # no interval of its own (premise not met, fewer than 2 repeats)
                 continue
-            measured: pooling.RowInput = own["inputs"][0]
-            before = [r for r in earlier if same_definition(r, row)]
-            got = power.plan(before, {row["claim_id"]: row}, {row["claim_id"]: measured.n}).iloc[0]
+            kind = pooling.processor_kind(run.cpu_model)
+            before = [r for r in mine[:i] if not own_kind or pooling.processor_kind(r.cpu_model) == kind]
+            got = power.plan(before, {claim_id: row}, {claim_id: measured.n}).iloc[0]
             if not got["band_word"]:
                 continue
-            read = power.word_read(row, float(got["band_edge"]), measured)
+            read = power.word_read(row, measured)
             out.append({"run_id": run.run_id, "lesson": lesson.id, "word": got["band_word"],
                         "share": float(got["band_share"]), "read": read, "hit": read == got["band_word"]})
     return pd.DataFrame(out, columns=["run_id", "lesson", "word", "share", "read", "hit"])
+
+
+def forecast_checks(runs: list[pooling.RunRecord] | None = None) -> dict[str, pd.DataFrame]:
+    """`forecast_check` both ways, labelled as POWER.md's last table names them: from every earlier
+    run, and from the earlier runs of the run's own kind of processor."""
+    runs = pooling.committed_runs() if runs is None else runs
+    return {"from every earlier run": forecast_check(runs), "from its own kind's": forecast_check(runs, own_kind=True)}
 
 
 def forecast_check_text(checks: Mapping[str, pd.DataFrame]) -> str:
@@ -134,7 +142,7 @@ FORECAST_CHECK_HEAD = (
     "have given, at its own repeats (`power.forecast_check`): from every earlier run, and from the earlier "
     "runs on its own kind of processor. Per lesson: the runs forecast (two earlier runs with intervals at "
     "least), the hits the predicted shares expect (their sum), and the hits (runs whose own interval read the "
-    "forecast word against the forecast's band edge). Hits near their expected count say the shares are "
+    "forecast word against the row's band). Hits near their expected count say the shares are "
     "calibrated; far fewer, that they are too confident. A lesson whose runs are two populations is "
     "forecast well only from its own kind's runs (002-cpu).\n\n")
 
@@ -195,9 +203,10 @@ BY_PROCESSOR_HEAD = (
     "group's committed runs read it.\n\n")
 
 
-def write_doc(tables: Mapping[str, pd.DataFrame], path: Path = POWER_DOC) -> Path:
-    """docs/POWER.md from `by_processor`'s tables: the plan over every processor's runs, which the
-    `full` profile follows, then the band word each kind of processor forecasts."""
+def write_doc(tables: Mapping[str, pd.DataFrame], checks: Mapping[str, pd.DataFrame], path: Path = POWER_DOC) -> Path:
+    """docs/POWER.md from `by_processor`'s tables and `forecast_checks`: the plan over every
+    processor's runs, which the `full` profile follows, the band word each kind of processor
+    forecasts, and how the forecasts fared."""
     tests = primary_tests(claims.load())
     level = power.decision_level(tests)
     head = (
@@ -225,7 +234,6 @@ def write_doc(tables: Mapping[str, pd.DataFrame], path: Path = POWER_DOC) -> Pat
         "which repeats do not change. A lesson whose row is short here is expected to read `inconclusive`: this "
         "table, committed before the run, is where the study says so. The spread between runs (in brackets) "
         "is not reduced by repeats within a run: `harness history --lessons` pools the runs across boots.\n\n")
-    checks = {"from every earlier run": forecast_check(), "from its own kind's": forecast_check(own_kind=True)}
     text = (power_text(tables[ALL_PROCESSORS]) + "\n\n" + BY_PROCESSOR_HEAD + band_words_text(tables) + "\n\n"
             + FORECAST_CHECK_HEAD + forecast_check_text(checks))
     path.write_text(head + text + "\n")
