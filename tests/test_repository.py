@@ -6,6 +6,8 @@ Read from git's index, so a file on disk that git ignores does not count."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from collections import defaultdict
 from pathlib import PurePosixPath
@@ -42,3 +44,41 @@ def test_only_the_reference_keeps_raw_data_and_history_runs_keep_two_files():
     assert history, "no earlier run kept in data/history"
     odd = {run: files for run, files in history.items() if files != set(store.HISTORY_FILES)}
     assert not odd, f"history runs must keep manifest.json and summary.json only: {odd}"
+
+
+# One row of RESULTS' table of kept runs: "| `<run id>` | how made | <m> min of run (<f>% inside
+# windows; `pg_models` <p> min), ..." ("of repeats" in older rows; the parts after the minutes optional).
+_KEPT_RUN_ROW = re.compile(
+    r"^\| `(?P<run>[^`]+)` \|[^|]*\| (?P<minutes>\d+(?:\.\d+)?) min of (?:run|repeats) "
+    r"\((?P<inside>\d+)%(?: inside windows)?(?:; `pg_models` (?P<pg_models>\d+(?:\.\d+)?) min)?", re.M)
+
+
+def _as_written(value: float, written: str) -> float:
+    """`value` rounded to as many decimals as `written` shows."""
+    return round(value, len(written.partition(".")[2]))
+
+
+def test_the_kept_runs_durations_in_results_are_their_summaries():
+    """A run's time in RESULTS is the summary's (`timing`: the experiments' wall time, the share inside
+    measured windows, `pg_models`' own), at the precision written; b135's 71.7 min, against its
+    summary's 72.2, went unnoticed for a day before this test."""
+    text = (REPO_ROOT / "docs" / "RESULTS.md").read_text()
+    table = text.split("## The runs kept for history", 1)[1].split("\n## ", 1)[0]
+    rows = list(_KEPT_RUN_ROW.finditer(table))
+    assert len(rows) >= 20, f"only {len(rows)} rows of RESULTS' kept-runs table read a run time"
+    wrong = []
+    for row in rows:
+        where = [REPO_ROOT / "data" / place / row["run"] for place in store.COMMITTED
+                 if (REPO_ROOT / "data" / place / row["run"] / "summary.json").exists()]
+        assert where, f"RESULTS lists {row['run']}, which is not committed under data/"
+        timing = json.loads((where[0] / "summary.json").read_text()).get("timing")
+        if not timing:   # summaries before version 2 kept no timing
+            continue
+        stated = (float(row["minutes"]), int(row["inside"]))
+        measured = (_as_written(timing["wall_s"] / 60, row["minutes"]), round(100 * timing["measured_fraction"]))
+        if row["pg_models"]:
+            stated += (float(row["pg_models"]),)
+            measured += (_as_written(timing["experiments"]["pg_models"]["wall_s"] / 60, row["pg_models"]),)
+        if stated != measured:
+            wrong.append(f"{row['run']}: RESULTS {stated}, summary {measured}")
+    assert not wrong, "; ".join(wrong)
