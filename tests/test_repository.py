@@ -2,15 +2,18 @@
 run is a manifest and a summary under data/history, and the tracked data/ stays under 200 MB
 (150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
 and its raw data is 130 MB against da6c's 99).
-Read from git's index, so a file on disk that git ignores does not count."""
+Read from git's index, so a file on disk that git ignores does not count. And RESULTS' table of
+the kept runs states their times and machine speeds as their committed summaries do."""
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 from collections import defaultdict
 from pathlib import PurePosixPath
+from typing import Any
 
 from conftest import REPO_ROOT
 
@@ -51,6 +54,10 @@ def test_only_the_reference_keeps_raw_data_and_history_runs_keep_two_files():
 _KEPT_RUN_ROW = re.compile(
     r"^\| `(?P<run>[^`]+)` \|[^|]*\| (?P<minutes>\d+(?:\.\d+)?) min of (?:run|repeats) "
     r"\((?P<inside>\d+)%(?: inside windows)?(?:; `pg_models` (?P<pg_models>\d+(?:\.\d+)?) min)?", re.M)
+# "loop <M> M loops/s, pgbench <tps> tps": the medians over a run's six calibration readings (three
+# before the experiments, three after), as the kept-runs rows since 32d6 state them.
+_KEPT_RUN_CEILINGS = re.compile(
+    r"^\| `(?P<run>[^`]+)` \|.*?\bloop (?P<loop>\d+(?:\.\d+)?) M loops/s, pgbench (?P<pgbench>[\d,]+) tps", re.M)
 
 
 def _as_written(value: float, written: str) -> float:
@@ -58,20 +65,28 @@ def _as_written(value: float, written: str) -> float:
     return round(value, len(written.partition(".")[2]))
 
 
+def _kept_runs_rows(pattern: re.Pattern[str], at_least: int) -> list[tuple[re.Match[str], dict[str, Any]]]:
+    """The rows of RESULTS' kept-runs table that `pattern` reads, each with its run's committed summary."""
+    text = (REPO_ROOT / "docs" / "RESULTS.md").read_text()
+    table = text.split("## The runs kept for history", 1)[1].split("\n## ", 1)[0]
+    rows = list(pattern.finditer(table))
+    assert len(rows) >= at_least, f"only {len(rows)} rows of RESULTS' kept-runs table read by {pattern.pattern!r}"
+    found = []
+    for row in rows:
+        where = [REPO_ROOT / "data" / place / row["run"] / "summary.json" for place in store.COMMITTED
+                 if (REPO_ROOT / "data" / place / row["run"] / "summary.json").exists()]
+        assert where, f"RESULTS lists {row['run']}, which is not committed under data/"
+        found.append((row, json.loads(where[0].read_text())))
+    return found
+
+
 def test_the_kept_runs_durations_in_results_are_their_summaries():
     """A run's time in RESULTS is the summary's (`timing`: the experiments' wall time, the share inside
     measured windows, `pg_models`' own), at the precision written; b135's 71.7 min, against its
     summary's 72.2, went unnoticed for a day before this test."""
-    text = (REPO_ROOT / "docs" / "RESULTS.md").read_text()
-    table = text.split("## The runs kept for history", 1)[1].split("\n## ", 1)[0]
-    rows = list(_KEPT_RUN_ROW.finditer(table))
-    assert len(rows) >= 20, f"only {len(rows)} rows of RESULTS' kept-runs table read a run time"
     wrong = []
-    for row in rows:
-        where = [REPO_ROOT / "data" / place / row["run"] for place in store.COMMITTED
-                 if (REPO_ROOT / "data" / place / row["run"] / "summary.json").exists()]
-        assert where, f"RESULTS lists {row['run']}, which is not committed under data/"
-        timing = json.loads((where[0] / "summary.json").read_text()).get("timing")
+    for row, summary in _kept_runs_rows(_KEPT_RUN_ROW, at_least=20):
+        timing = summary.get("timing")
         if not timing:   # summaries before version 2 kept no timing
             continue
         stated = (float(row["minutes"]), int(row["inside"]))
@@ -81,4 +96,19 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
             measured += (_as_written(timing["experiments"]["pg_models"]["wall_s"] / 60, row["pg_models"]),)
         if stated != measured:
             wrong.append(f"{row['run']}: RESULTS {stated}, summary {measured}")
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
+    """The machine's speed a row states is the median of the run's own calibration readings."""
+    wrong = []
+    for row, summary in _kept_runs_rows(_KEPT_RUN_CEILINGS, at_least=10):
+        calibration = summary["calibration"]
+        readings = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
+                    for name in ("python_cpu", "pgbench")}
+        stated = (float(row["loop"]), int(row["pgbench"].replace(",", "")))
+        measured = (_as_written(statistics.median(readings["python_cpu"]) / 1e6, row["loop"]),
+                    round(statistics.median(readings["pgbench"])))
+        if stated != measured:
+            wrong.append(f"{row['run']}: RESULTS {stated}, calibration {measured}")
     assert not wrong, "; ".join(wrong)
