@@ -3,7 +3,7 @@ run is a manifest and a summary under data/history, and the tracked data/ stays 
 (150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
 and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count. And RESULTS' table of
-the kept runs states their times and machine speeds as their committed summaries do."""
+the kept runs states their times, machine speeds and unstable figures as their committed summaries do."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ _KEPT_RUN_ROW = re.compile(
 # before the experiments, three after), as the kept-runs rows since 32d6 state them.
 _KEPT_RUN_CEILINGS = re.compile(
     r"^\| `(?P<run>[^`]+)` \|.*?\bloop (?P<loop>\d+(?:\.\d+)?) M loops/s, pgbench (?P<pgbench>[\d,]+) tps", re.M)
+# "<u> of <n> [figures] unstable (median CV <cv>%)": the summary's figures flagged unstable, of all.
+_KEPT_RUN_STABILITY = re.compile(
+    r"^\| `(?P<run>[^`]+)` \|.*?(?P<unstable>[\d,]+) of (?P<figures>[\d,]+)(?: figures)? unstable "
+    r"\(median CV (?P<cv>\d+(?:\.\d+)?)%\)", re.M)
 
 
 def _as_written(value: float, written: str) -> float:
@@ -111,4 +115,18 @@ def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
                     round(statistics.median(readings["pgbench"])))
         if stated != measured:
             wrong.append(f"{row['run']}: RESULTS {stated}, calibration {measured}")
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_kept_runs_stability_in_results_is_their_summaries():
+    """The unstable figures a row counts, of how many, and their median CV are the summary's."""
+    wrong = []
+    for row, summary in _kept_runs_rows(_KEPT_RUN_STABILITY, at_least=20):
+        figures = summary["metrics"]
+        cvs = [figure["cv"] for figure in figures if figure.get("cv") is not None]
+        stated = (int(row["unstable"].replace(",", "")), int(row["figures"].replace(",", "")), float(row["cv"]))
+        measured = (sum(1 for figure in figures if figure.get("unstable")), len(figures),
+                    _as_written(100 * statistics.median(cvs), row["cv"]))
+        if stated != measured:
+            wrong.append(f"{row['run']}: RESULTS {stated}, summary {measured}")
     assert not wrong, "; ".join(wrong)
