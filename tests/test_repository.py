@@ -2,8 +2,9 @@
 run is a manifest and a summary under data/history, and the tracked data/ stays under 200 MB
 (150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
 and its raw data is 130 MB against da6c's 99).
-Read from git's index, so a file on disk that git ignores does not count. And RESULTS' table of
-the kept runs states their times, machine speeds and unstable figures as their committed summaries do."""
+Read from git's index, so a file on disk that git ignores does not count. And RESULTS states the
+kept runs' times (in their table and their own sections), machine speeds and unstable figures as
+their committed summaries do."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ _KEPT_RUN_CEILINGS = re.compile(
 _KEPT_RUN_STABILITY = re.compile(
     r"^\| `(?P<run>[^`]+)` \|.*?(?P<unstable>[\d,]+) of (?P<figures>[\d,]+)(?: figures)? unstable "
     r"\(median CV (?P<cv>\d+(?:\.\d+)?)%\)", re.M)
+# A run's own section opens "**`<run id>`** ... <m> min of run, <f>% [of it] inside measured windows
+# (`pg_models` <p> min" (lines break anywhere; "of repeats" in older sections).
+_RUN_SECTION_TIME = re.compile(
+    r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*(?:(?!\*\*`).){0,900}?(?P<minutes>\d+(?:\.\d+)?)\s+min\s+of\s+"
+    r"(?:run|repeats),?\s+(?P<inside>\d+)%(?:\s+of\s+it)?\s+inside\s+measured\s+windows"
+    r"(?:\s+\(`pg_models`\s+(?P<pg_models>\d+(?:\.\d+)?)\s+min)?", re.S)
 
 
 def _as_written(value: float, written: str) -> float:
@@ -69,27 +76,35 @@ def _as_written(value: float, written: str) -> float:
     return round(value, len(written.partition(".")[2]))
 
 
-def _kept_runs_rows(pattern: re.Pattern[str], at_least: int) -> list[tuple[re.Match[str], dict[str, Any]]]:
-    """The rows of RESULTS' kept-runs table that `pattern` reads, each with its run's committed summary."""
-    text = (REPO_ROOT / "docs" / "RESULTS.md").read_text()
-    table = text.split("## The runs kept for history", 1)[1].split("\n## ", 1)[0]
-    rows = list(pattern.finditer(table))
-    assert len(rows) >= at_least, f"only {len(rows)} rows of RESULTS' kept-runs table read by {pattern.pattern!r}"
+def _results() -> str:
+    return (REPO_ROOT / "docs" / "RESULTS.md").read_text()
+
+
+def _kept_runs_table() -> str:
+    return _results().split("## The runs kept for history", 1)[1].split("\n## ", 1)[0]
+
+
+def _runs_read(pattern: re.Pattern[str], text: str, at_least: int) -> list[tuple[re.Match[str], dict[str, Any]]]:
+    """The places in `text` that `pattern` reads, each with its run's committed summary."""
+    places = list(pattern.finditer(text))
+    assert len(places) >= at_least, f"only {len(places)} places in RESULTS read by {pattern.pattern!r}"
     found = []
-    for row in rows:
-        where = [REPO_ROOT / "data" / place / row["run"] / "summary.json" for place in store.COMMITTED
-                 if (REPO_ROOT / "data" / place / row["run"] / "summary.json").exists()]
-        assert where, f"RESULTS lists {row['run']}, which is not committed under data/"
-        found.append((row, json.loads(where[0].read_text())))
+    for place in places:
+        where = [REPO_ROOT / "data" / kept / place["run"] / "summary.json" for kept in store.COMMITTED
+                 if (REPO_ROOT / "data" / kept / place["run"] / "summary.json").exists()]
+        assert where, f"RESULTS names {place['run']}, which is not committed under data/"
+        found.append((place, json.loads(where[0].read_text())))
     return found
 
 
 def test_the_kept_runs_durations_in_results_are_their_summaries():
-    """A run's time in RESULTS is the summary's (`timing`: the experiments' wall time, the share inside
-    measured windows, `pg_models`' own), at the precision written; b135's 71.7 min, against its
-    summary's 72.2, went unnoticed for a day before this test."""
+    """A run's time in RESULTS, in the kept-runs table and at the head of the run's own section, is the
+    summary's (`timing`: the experiments' wall time, the share inside measured windows, `pg_models`'
+    own), at the precision written; b135's 71.7 min, against its summary's 72.2, went unnoticed for
+    a day before this test."""
     wrong = []
-    for row, summary in _kept_runs_rows(_KEPT_RUN_ROW, at_least=20):
+    for row, summary in (_runs_read(_KEPT_RUN_ROW, _kept_runs_table(), at_least=20)
+                         + _runs_read(_RUN_SECTION_TIME, _results(), at_least=10)):
         timing = summary.get("timing")
         if not timing:   # summaries before version 2 kept no timing
             continue
@@ -106,7 +121,7 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
 def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
     """The machine's speed a row states is the median of the run's own calibration readings."""
     wrong = []
-    for row, summary in _kept_runs_rows(_KEPT_RUN_CEILINGS, at_least=10):
+    for row, summary in _runs_read(_KEPT_RUN_CEILINGS, _kept_runs_table(), at_least=10):
         calibration = summary["calibration"]
         readings = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
                     for name in ("python_cpu", "pgbench")}
@@ -121,7 +136,7 @@ def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
 def test_the_kept_runs_stability_in_results_is_their_summaries():
     """The unstable figures a row counts, of how many, and their median CV are the summary's."""
     wrong = []
-    for row, summary in _kept_runs_rows(_KEPT_RUN_STABILITY, at_least=20):
+    for row, summary in _runs_read(_KEPT_RUN_STABILITY, _kept_runs_table(), at_least=20):
         figures = summary["metrics"]
         cvs = [figure["cv"] for figure in figures if figure.get("cv") is not None]
         stated = (int(row["unstable"].replace(",", "")), int(row["figures"].replace(",", "")), float(row["cv"]))
