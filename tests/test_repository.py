@@ -8,11 +8,11 @@ their committed summaries do."""
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import subprocess
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -88,13 +88,43 @@ def _runs_read(pattern: re.Pattern[str], text: str, at_least: int) -> list[tuple
     """The places in `text` that `pattern` reads, each with its run's committed summary."""
     places = list(pattern.finditer(text))
     assert len(places) >= at_least, f"only {len(places)} places in RESULTS read by {pattern.pattern!r}"
+    data = REPO_ROOT / "data"
     found = []
     for place in places:
-        where = [REPO_ROOT / "data" / kept / place["run"] / "summary.json" for kept in store.COMMITTED
-                 if (REPO_ROOT / "data" / kept / place["run"] / "summary.json").exists()]
+        where = [store.location_dir(kept, data) / place["run"] for kept in store.COMMITTED
+                 if (store.location_dir(kept, data) / place["run"] / "summary.json").exists()]
         assert where, f"RESULTS names {place['run']}, which is not committed under data/"
-        found.append((place, json.loads(where[0].read_text())))
+        found.append((place, store.load_summary(where[0])))
     return found
+
+
+# What a place in RESULTS states and what its run's summary gives, in the same form, read by a `_Compare`
+# (None where there is nothing to compare).
+_Pair = tuple[tuple[float, ...], tuple[float, ...]]
+_Compare = Callable[[re.Match[str], dict[str, Any]], _Pair | None]
+
+
+def _disagreements(places: list[tuple[re.Match[str], dict[str, Any]]], compare: _Compare) -> list[str]:
+    """Each place whose stated figures are not its summary's, as '<run>: RESULTS (...), summary (...)'."""
+    wrong = []
+    for place, summary in places:
+        pair = compare(place, summary)
+        if pair is not None and pair[0] != pair[1]:
+            wrong.append(f"{place['run']}: RESULTS {pair[0]}, summary {pair[1]}")
+    return wrong
+
+
+def _times(row: re.Match[str], summary: dict[str, Any]) -> _Pair | None:
+    timing = summary.get("timing")
+    if not timing:   # summaries before version 2 kept no timing
+        return None
+    stated: tuple[float, ...] = (float(row["minutes"]), int(row["inside"]))
+    measured: tuple[float, ...] = (_as_written(timing["wall_s"] / 60, row["minutes"]),
+                                   round(100 * timing["measured_fraction"]))
+    if row["pg_models"]:
+        stated += (float(row["pg_models"]),)
+        measured += (_as_written(timing["experiments"]["pg_models"]["wall_s"] / 60, row["pg_models"]),)
+    return stated, measured
 
 
 def test_the_kept_runs_durations_in_results_are_their_summaries():
@@ -102,46 +132,36 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
     summary's (`timing`: the experiments' wall time, the share inside measured windows, `pg_models`'
     own), at the precision written; b135's 71.7 min, against its summary's 72.2, went unnoticed for
     a day before this test."""
-    wrong = []
-    for row, summary in (_runs_read(_KEPT_RUN_ROW, _kept_runs_table(), at_least=20)
-                         + _runs_read(_RUN_SECTION_TIME, _results(), at_least=10)):
-        timing = summary.get("timing")
-        if not timing:   # summaries before version 2 kept no timing
-            continue
-        stated = (float(row["minutes"]), int(row["inside"]))
-        measured = (_as_written(timing["wall_s"] / 60, row["minutes"]), round(100 * timing["measured_fraction"]))
-        if row["pg_models"]:
-            stated += (float(row["pg_models"]),)
-            measured += (_as_written(timing["experiments"]["pg_models"]["wall_s"] / 60, row["pg_models"]),)
-        if stated != measured:
-            wrong.append(f"{row['run']}: RESULTS {stated}, summary {measured}")
+    places = (_runs_read(_KEPT_RUN_ROW, _kept_runs_table(), at_least=20)
+              + _runs_read(_RUN_SECTION_TIME, _results(), at_least=10))
+    wrong = _disagreements(places, _times)
     assert not wrong, "; ".join(wrong)
+
+
+def _ceilings(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
+    calibration = summary["calibration"]
+    readings = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
+                for name in ("python_cpu", "pgbench")}
+    return ((float(row["loop"]), int(row["pgbench"].replace(",", ""))),
+            (_as_written(statistics.median(readings["python_cpu"]) / 1e6, row["loop"]),
+             round(statistics.median(readings["pgbench"]))))
 
 
 def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
     """The machine's speed a row states is the median of the run's own calibration readings."""
-    wrong = []
-    for row, summary in _runs_read(_KEPT_RUN_CEILINGS, _kept_runs_table(), at_least=10):
-        calibration = summary["calibration"]
-        readings = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
-                    for name in ("python_cpu", "pgbench")}
-        stated = (float(row["loop"]), int(row["pgbench"].replace(",", "")))
-        measured = (_as_written(statistics.median(readings["python_cpu"]) / 1e6, row["loop"]),
-                    round(statistics.median(readings["pgbench"])))
-        if stated != measured:
-            wrong.append(f"{row['run']}: RESULTS {stated}, calibration {measured}")
+    wrong = _disagreements(_runs_read(_KEPT_RUN_CEILINGS, _kept_runs_table(), at_least=10), _ceilings)
     assert not wrong, "; ".join(wrong)
+
+
+def _stability(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
+    figures = summary["metrics"]
+    cvs = [figure["cv"] for figure in figures if figure.get("cv") is not None]
+    return ((int(row["unstable"].replace(",", "")), int(row["figures"].replace(",", "")), float(row["cv"])),
+            (sum(1 for figure in figures if figure.get("unstable")), len(figures),
+             _as_written(100 * statistics.median(cvs), row["cv"])))
 
 
 def test_the_kept_runs_stability_in_results_is_their_summaries():
     """The unstable figures a row counts, of how many, and their median CV are the summary's."""
-    wrong = []
-    for row, summary in _runs_read(_KEPT_RUN_STABILITY, _kept_runs_table(), at_least=20):
-        figures = summary["metrics"]
-        cvs = [figure["cv"] for figure in figures if figure.get("cv") is not None]
-        stated = (int(row["unstable"].replace(",", "")), int(row["figures"].replace(",", "")), float(row["cv"]))
-        measured = (sum(1 for figure in figures if figure.get("unstable")), len(figures),
-                    _as_written(100 * statistics.median(cvs), row["cv"]))
-        if stated != measured:
-            wrong.append(f"{row['run']}: RESULTS {stated}, summary {measured}")
+    wrong = _disagreements(_runs_read(_KEPT_RUN_STABILITY, _kept_runs_table(), at_least=20), _stability)
     assert not wrong, "; ".join(wrong)
