@@ -48,12 +48,18 @@ def primary_tests(rows: pd.DataFrame) -> int:
     return 2 * int((ledger.is_primary(rows) & rows["comparison"].isin(["ratio", "equivalence"])).sum())
 
 
+def _full_runs(runs: Sequence[pooling.RunRecord]) -> list[pooling.RunRecord]:
+    """The runs of the `full` profile (`RunRecord.run_profile`: the manifest's, else the run id's),
+    the only ones the plan and its check read."""
+    return [r for r in runs if r.run_profile == "full"]
+
+
 def power_table(runs: list[pooling.RunRecord] | None = None, processor: str | None = None) -> pd.DataFrame:
     """One row per lesson: its primary row, the committed runs' spread, the repeats needed and planned.
     `processor`: only the full runs whose CPU model or kind contains it (`pooling.of_processor`), for
     a lesson whose runs are two populations, one per kind (002-cpu)."""
     runs = pooling.committed_runs() if runs is None else runs
-    full = [r for r in runs if "-full-" in r.run_id]
+    full = _full_runs(runs)
     if processor is not None:
         full = pooling.of_processor(full, processor, lambda r: r.cpu_model)
     rows = claims.load().set_index("claim_id", drop=False)
@@ -72,7 +78,7 @@ def by_processor(runs: list[pooling.RunRecord] | None = None) -> dict[str, pd.Da
     """`power_table` over every processor's runs, then over each kind's (`pooling.by_processor_kind`):
     label -> table, `ALL_PROCESSORS` first. A kind with no full run is left out."""
     runs = pooling.committed_runs() if runs is None else runs
-    kinds = pooling.by_processor_kind([r for r in runs if "-full-" in r.run_id])
+    kinds = pooling.by_processor_kind(_full_runs(runs))
     return {ALL_PROCESSORS: power_table(runs),
             **{kind: power_table(group) for kind, group in kinds.items()}}
 
@@ -85,7 +91,7 @@ def forecast_check(runs: list[pooling.RunRecord] | None = None, own_kind: bool =
     (`pooling.processor_kind`). Columns: run_id, lesson, word (forecast), share (predicted), read
     (the run's own word against the band), hit."""
     runs = pooling.committed_runs() if runs is None else runs
-    full = sorted((r for r in runs if "-full-" in r.run_id), key=lambda r: r.run_id)
+    full = sorted(_full_runs(runs), key=lambda r: r.run_id)
     rows = claims.load().set_index("claim_id", drop=False)
     out = []
     for lesson in findings.LESSONS:
