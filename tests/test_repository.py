@@ -3,17 +3,19 @@ run is a manifest and a summary under data/history, and the tracked data/ stays 
 (150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
 and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count. And RESULTS states the
-kept runs' times (in their table and their own sections), machine speeds and unstable figures as
-their committed summaries do."""
+kept runs' times (in their table and their own sections), machine speeds and unstable figures, and
+each table of runs side by side its runs' commits, regimes and lesson readings, as their committed
+summaries and manifests do."""
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conftest import REPO_ROOT
@@ -76,6 +78,11 @@ def _as_written(value: float, written: str) -> float:
     return round(value, len(written.partition(".")[2]))
 
 
+def _count(written: str) -> int:
+    """A count as RESULTS writes it ("39,840") as a number."""
+    return int(written.replace(",", ""))
+
+
 def _results() -> str:
     return (REPO_ROOT / "docs" / "RESULTS.md").read_text()
 
@@ -88,14 +95,16 @@ def _runs_read(pattern: re.Pattern[str], text: str, at_least: int) -> list[tuple
     """The places in `text` that `pattern` reads, each with its run's committed summary."""
     places = list(pattern.finditer(text))
     assert len(places) >= at_least, f"only {len(places)} places in RESULTS read by {pattern.pattern!r}"
+    return [(place, store.load_summary(_committed_run(place["run"]))) for place in places]
+
+
+def _committed_run(named: str) -> Path:
+    """The committed run RESULTS names, by its id or the id's last four characters (`eab5`)."""
     data = REPO_ROOT / "data"
-    found = []
-    for place in places:
-        where = [store.location_dir(kept, data) / place["run"] for kept in store.COMMITTED
-                 if (store.location_dir(kept, data) / place["run"] / "summary.json").exists()]
-        assert where, f"RESULTS names {place['run']}, which is not committed under data/"
-        found.append((place, store.load_summary(where[0])))
-    return found
+    where = [run for kept in store.COMMITTED for run in sorted(store.location_dir(kept, data).glob(f"*{named}"))
+             if (run / "summary.json").exists() and run.name.endswith(named)]
+    assert len(where) == 1, f"RESULTS names {named}, which is not one committed run under data/: {where}"
+    return where[0]
 
 
 # What a place in RESULTS states and what its run's summary gives, in the same form, read by a `_Compare`
@@ -138,13 +147,17 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
     assert not wrong, "; ".join(wrong)
 
 
-def _ceilings(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
+def _calibration_medians(summary: dict[str, Any]) -> dict[str, float]:
+    """The median of the run's six readings (three before, three after) of each machine ceiling."""
     calibration = summary["calibration"]
-    readings = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
-                for name in ("python_cpu", "pgbench")}
-    return ((float(row["loop"]), int(row["pgbench"].replace(",", ""))),
-            (_as_written(statistics.median(readings["python_cpu"]) / 1e6, row["loop"]),
-             round(statistics.median(readings["pgbench"]))))
+    return {name: statistics.median(calibration["before"][name]["values"] + calibration["after"][name]["values"])
+            for name in ("python_cpu", "pgbench")}
+
+
+def _ceilings(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
+    medians = _calibration_medians(summary)
+    return ((float(row["loop"]), _count(row["pgbench"])),
+            (_as_written(medians["python_cpu"] / 1e6, row["loop"]), round(medians["pgbench"])))
 
 
 def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
@@ -156,7 +169,7 @@ def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
 def _stability(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
     figures = summary["metrics"]
     cvs = [figure["cv"] for figure in figures if figure.get("cv") is not None]
-    return ((int(row["unstable"].replace(",", "")), int(row["figures"].replace(",", "")), float(row["cv"])),
+    return ((_count(row["unstable"]), _count(row["figures"]), float(row["cv"])),
             (sum(1 for figure in figures if figure.get("unstable")), len(figures),
              _as_written(100 * statistics.median(cvs), row["cv"])))
 
@@ -164,4 +177,151 @@ def _stability(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
 def test_the_kept_runs_stability_in_results_is_their_summaries():
     """The unstable figures a row counts, of how many, and their median CV are the summary's."""
     wrong = _disagreements(_runs_read(_KEPT_RUN_STABILITY, _kept_runs_table(), at_least=20), _stability)
+    assert not wrong, "; ".join(wrong)
+
+
+
+# The head of a run's own section, read on RESULTS with its line breaks made spaces: the run's id in bold,
+# then within the paragraph what the run read of the machine, of FastAPI and of its figures' stability.
+_SECTION_HEAD = r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*(?:(?!\*\*`).){0,1500}?"
+_SECTION_MACHINE = re.compile(
+    _SECTION_HEAD + r"(?P<loop_before>\d+(?:\.\d+)?) M loops/s before(?: it)? and (?P<loop_after>\d+(?:\.\d+)?) M "
+    r"after \((?:median )?(?P<loop>\d+(?:\.\d+)?) M over (?:all )?6, CV (?P<loop_cv>\d+(?:\.\d+)?)%\),? pgbench "
+    r"(?P<pgbench_before>[\d,]+) and (?P<pgbench_after>[\d,]+) tps \((?P<pgbench>[\d,]+) over 6, CV "
+    r"(?P<pgbench_cv>\d+(?:\.\d+)?)%\)")
+_SECTION_PEAK = re.compile(
+    _SECTION_HEAD + r"FastAPI's async peak was (?P<peak>\d+) req/s against (?P<reference_peak>\d+) in the reference")
+_SECTION_STABILITY = re.compile(
+    _SECTION_HEAD + r"(?P<unstable>[\d,]+) of its (?P<figures>[\d,]+) figures carry the stability warning "
+    r"\(median CV (?P<cv>\d+(?:\.\d+)?)%\)")
+
+
+def _results_on_one_line() -> str:
+    return re.sub(r"\s+", " ", _results())
+
+
+def _machine(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
+    calibration = summary["calibration"]
+    six = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
+           for name in ("python_cpu", "pgbench")}
+    cv = {name: 100 * statistics.stdev(values) / statistics.mean(values) for name, values in six.items()}
+    medians = _calibration_medians(summary)
+    return ((float(head["loop_before"]), float(head["loop_after"]), float(head["loop"]), float(head["loop_cv"]),
+             _count(head["pgbench_before"]), _count(head["pgbench_after"]), _count(head["pgbench"]),
+             float(head["pgbench_cv"])),
+            (_as_written(calibration["before"]["python_cpu"]["median"] / 1e6, head["loop_before"]),
+             _as_written(calibration["after"]["python_cpu"]["median"] / 1e6, head["loop_after"]),
+             _as_written(medians["python_cpu"] / 1e6, head["loop"]), _as_written(cv["python_cpu"], head["loop_cv"]),
+             round(calibration["before"]["pgbench"]["median"]), round(calibration["after"]["pgbench"]["median"]),
+             round(medians["pgbench"]), _as_written(cv["pgbench"], head["pgbench_cv"])))
+
+
+def test_the_machine_each_run_section_states_is_its_calibration():
+    """"The Python loop read b M loops/s before and a M after (m M over 6, CV c%), pgbench b and a tps
+    (m over 6, CV c%)": the medians of the three readings before the experiments and the three after,
+    of all six, and the six's coefficient of variation, as the run's summary keeps them."""
+    heads = _runs_read(_SECTION_MACHINE, _results_on_one_line(), at_least=6)
+    wrong = _disagreements(heads, _machine)
+    assert not wrong, "; ".join(wrong)
+
+
+def _locust_peak(summary: dict[str, Any]) -> float:
+    """The median over repeats of the async endpoint's Locust peak (the seed's "Max RPS")."""
+    peaks = [figure["median"] for figure in summary["metrics"] if figure["experiment"] == "fastapi_locust"
+             and figure["variant"] == "async" and figure["metric"] == "locust_peak_rps"]
+    assert len(peaks) == 1, peaks
+    return peaks[0]
+
+
+def _peaks(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
+    (reference,) = store.location_dir("reference", REPO_ROOT / "data").iterdir()
+    return ((int(head["peak"]), int(head["reference_peak"])),
+            (round(_locust_peak(summary)), round(_locust_peak(store.load_summary(reference)))))
+
+
+def test_the_fastapi_peak_each_run_section_states_is_its_summary():
+    """"FastAPI's async peak was p req/s against r in the reference": the median Locust peak of the async
+    endpoint over the run's repeats, and the reference's, as README's findings give it (378)."""
+    wrong = _disagreements(_runs_read(_SECTION_PEAK, _results_on_one_line(), at_least=3), _peaks)
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_stability_each_run_section_states_is_its_summary():
+    """"u of its n figures carry the stability warning (median CV c%)", at the head of a run's section."""
+    wrong = _disagreements(_runs_read(_SECTION_STABILITY, _results_on_one_line(), at_least=6), _stability)
+    assert not wrong, "; ".join(wrong)
+
+# A table of runs side by side in RESULTS: its header's first cell is "run", and each row names a run by
+# its id's last four characters. The columns a summary or manifest can check are read by their header.
+_RUN_TABLE = re.compile(r"^\| run \|.*\|\n\|[-| ]+\|\n(?:\|.*\|\n?)+", re.M)
+_RATIO_CELL = re.compile(r"^×(?P<estimate>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\](?: `(?P<verdict>[^`]+)`)?$")
+
+
+def _run_table_cells() -> list[tuple[str, str, str]]:
+    """(run, column header, cell) for every cell of every table of runs in RESULTS."""
+    cells = []
+    for table in _RUN_TABLE.finditer(_results()):
+        header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")]
+                            for line in table.group(0).strip().splitlines()]
+        cells += [(row[0], column, cell) for row in rows for column, cell in zip(header[1:], row[1:])]
+    return cells
+
+
+@functools.cache
+def _committed_record(named: str) -> tuple[dict[str, Any], store.Manifest]:
+    where = _committed_run(named)
+    return store.load_summary(where), store.load_manifest(where)
+
+
+def _primary_reading(summary: dict[str, Any], lesson: str) -> tuple[float, float, float, str] | None:
+    claims = [claim for claim in summary["claims"] if claim.get("primary") == lesson]
+    if not claims:
+        return None
+    claim = claims[0]
+    return claim["estimate"], claim["ci_low"], claim["ci_high"], claim["verdict"]
+
+
+def _regime_choice(summary: dict[str, Any], regime: str, metric: str) -> float:
+    chosen = [figure["estimate"] for figure in summary["metrics"]
+              if figure["experiment"] == "pg_models" and figure["variant"].startswith(f"{regime}.")
+              and figure["metric"] == metric]
+    assert len(chosen) == 1, f"{regime} {metric}: {chosen}"
+    return chosen[0]
+
+
+def _run_table_disagreement(run: str, column: str, cell: str) -> str | None:
+    """What a cell states against what its run's summary or manifest gives, or None where they agree or
+    the column is not one they hold (time to report, CPU parts from raw data since dropped)."""
+    summary, manifest = _committed_record(run.strip("`"))
+    stated: tuple[Any, ...]
+    if column == "from":
+        stated, measured = (cell,), (manifest["environment"]["git"]["describe"],)
+    elif column.startswith("loop"):
+        stated, measured = (float(cell),), (_as_written(_calibration_medians(summary)["python_cpu"] / 1e6, cell),)
+    elif column.startswith("pgbench"):
+        stated, measured = (_count(cell),), (round(_calibration_medians(summary)["pgbench"]),)
+    elif column == "bound cells (ms)":
+        stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "bound", "chosen_db_ms"), cell),)
+    elif column == "split share":
+        stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "split", "chosen_share_cores"), cell),)
+    elif (reading := _primary_reading(summary, column)) is not None:
+        ratio = _RATIO_CELL.match(cell)
+        if ratio is None:
+            return f"{run} {column}: {cell!r} is not '×estimate [low, high]'"
+        stated = tuple(float(ratio[part]) for part in ("estimate", "low", "high")) + (ratio["verdict"],)
+        measured = tuple(_as_written(value, ratio[part]) for value, part
+                         in zip(reading[:3], ("estimate", "low", "high"))) + (ratio["verdict"] and reading[3],)
+    else:
+        return None
+    return None if stated == measured else f"{run} {column}: RESULTS {stated}, summary {measured}"
+
+
+def test_the_tables_of_runs_in_results_are_their_summaries():
+    """A table of runs side by side (RESULTS' seven runs of one boot) states each run's commit, machine
+    speed, chosen regimes and lesson readings as its manifest and summary do, at the precision written;
+    a lesson's cell names its verdict only as the summary gives it."""
+    cells = _run_table_cells()
+    assert len({run for run, _, _ in cells}) >= 6, "RESULTS has no table of runs side by side"
+    assert any(column == "002-cpu" for _, column, _ in cells), "no lesson column read"
+    wrong = [w for cell in cells if (w := _run_table_disagreement(*cell)) is not None]
     assert not wrong, "; ".join(wrong)
