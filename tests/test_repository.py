@@ -3,9 +3,9 @@ run is a manifest and a summary under data/history, and the tracked data/ stays 
 (150 MB until the reference 0dff: a client twice as fast records twice the requests per window,
 and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count. And RESULTS states the
-kept runs' times (in their table and their own sections), machine speeds and unstable figures, and
-each table of runs side by side its runs' commits, regimes and lesson readings, as their committed
-summaries and manifests do."""
+kept runs' times (in their table and their own sections), machine speeds, FastAPI peaks, unstable
+figures and lesson readings, and each table of runs side by side its runs' commits, regimes and
+lesson readings, as their committed summaries and manifests do."""
 
 from __future__ import annotations
 
@@ -273,12 +273,18 @@ def _committed_record(named: str) -> tuple[dict[str, Any], store.Manifest]:
     return store.load_summary(where), store.load_manifest(where)
 
 
-def _primary_reading(summary: dict[str, Any], lesson: str) -> tuple[float, float, float, str] | None:
+def _lesson_reading(summary: dict[str, Any], lesson: str, written: re.Match[str]) -> _Pair | None:
+    """A lesson's estimate, interval and (where written) verdict as RESULTS writes them (`written`'s groups
+    estimate, low, high, verdict) and as the run's primary row for that lesson gives them; None if the
+    summary has no such lesson."""
     claims = [claim for claim in summary["claims"] if claim.get("primary") == lesson]
     if not claims:
         return None
     claim = claims[0]
-    return claim["estimate"], claim["ci_low"], claim["ci_high"], claim["verdict"]
+    parts = {"estimate": "estimate", "ci_low": "low", "ci_high": "high"}   # the claim's field: the group
+    return (tuple(float(written[part]) for part in parts.values()) + (written["verdict"],),
+            tuple(_as_written(claim[field], written[part]) for field, part in parts.items())
+            + (written["verdict"] and claim["verdict"],))
 
 
 def _regime_choice(summary: dict[str, Any], regime: str, metric: str) -> float:
@@ -304,13 +310,13 @@ def _run_table_disagreement(run: str, column: str, cell: str) -> str | None:
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "bound", "chosen_db_ms"), cell),)
     elif column == "split share":
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "split", "chosen_share_cores"), cell),)
-    elif (reading := _primary_reading(summary, column)) is not None:
+    elif any(claim.get("primary") == column for claim in summary["claims"]):
         ratio = _RATIO_CELL.match(cell)
         if ratio is None:
             return f"{run} {column}: {cell!r} is not '×estimate [low, high]'"
-        stated = tuple(float(ratio[part]) for part in ("estimate", "low", "high")) + (ratio["verdict"],)
-        measured = tuple(_as_written(value, ratio[part]) for value, part
-                         in zip(reading[:3], ("estimate", "low", "high"))) + (ratio["verdict"] and reading[3],)
+        pair = _lesson_reading(summary, column, ratio)
+        assert pair is not None
+        stated, measured = pair
     else:
         return None
     return None if stated == measured else f"{run} {column}: RESULTS {stated}, summary {measured}"
@@ -324,4 +330,26 @@ def test_the_tables_of_runs_in_results_are_their_summaries():
     assert len({run for run, _, _ in cells}) >= 6, "RESULTS has no table of runs side by side"
     assert any(column == "002-cpu" for _, column, _ in cells), "no lesson column read"
     wrong = [w for cell in cells if (w := _run_table_disagreement(*cell)) is not None]
+    assert not wrong, "; ".join(wrong)
+
+
+
+# A lesson's reading in a row of the kept-runs table: "<lesson> `<verdict>` (×<estimate> [<low>, <high>]".
+_KEPT_RUN_LESSON = re.compile(r"(?P<lesson>\d{3}-[a-z]+(?:-[a-z]+)?) `(?P<verdict>[^`]+)` "
+                              r"\(×(?P<estimate>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]")
+
+
+def test_the_kept_runs_lesson_readings_in_results_are_their_summaries():
+    """Each lesson a kept-runs row reads ("002-cpu `size not reproduced` (×1.59 [1.45, 1.75])") is the
+    run's primary row for that lesson: its verdict, estimate and interval at the precision written."""
+    rows = _runs_read(re.compile(r"^\| `(?P<run>[^`]+)` \|.*$", re.M), _kept_runs_table(), at_least=20)
+    readings = [(row["run"], summary, lesson) for row, summary in rows for lesson in _KEPT_RUN_LESSON.finditer(row[0])]
+    assert len(readings) >= 40, f"only {len(readings)} lesson readings in the kept-runs table"
+    wrong = []
+    for run, summary, written in readings:
+        pair = _lesson_reading(summary, written["lesson"], written)
+        if pair is None:
+            wrong.append(f"{run}: no primary row for {written['lesson']}")
+        elif pair[0] != pair[1]:
+            wrong.append(f"{run} {written['lesson']}: RESULTS {pair[0]}, summary {pair[1]}")
     assert not wrong, "; ".join(wrong)
