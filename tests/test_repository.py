@@ -21,6 +21,7 @@ from typing import Any
 from conftest import REPO_ROOT
 
 from harness.core import store
+from harness.reading import readout
 
 DATA_LIMIT_BYTES = 200 * 10**6
 
@@ -95,7 +96,7 @@ def _runs_read(pattern: re.Pattern[str], text: str, at_least: int) -> list[tuple
     """The places in `text` that `pattern` reads, each with its run's committed summary."""
     places = list(pattern.finditer(text))
     assert len(places) >= at_least, f"only {len(places)} places in RESULTS read by {pattern.pattern!r}"
-    return [(place, store.load_summary(_committed_run(place["run"]))) for place in places]
+    return [(place, _committed_record(place["run"])[0]) for place in places]
 
 
 def _committed_run(named: str) -> Path:
@@ -105,6 +106,19 @@ def _committed_run(named: str) -> Path:
              if (run / "summary.json").exists() and run.name.endswith(named)]
     assert len(where) == 1, f"RESULTS names {named}, which is not one committed run under data/: {where}"
     return where[0]
+
+
+@functools.cache
+def _committed_record(named: str) -> tuple[dict[str, Any], store.Manifest]:
+    """The summary and manifest of the committed run RESULTS names, read once for every test."""
+    where = _committed_run(named)
+    return store.load_summary(where), store.load_manifest(where)
+
+
+def _ceilings_shown(named: str) -> dict[str, dict[str, Any]]:
+    """The run's machine ceilings as `harness show` prints them (`readout.ceilings`): the median of its
+    six readings, three before the experiments and three after (python_cpu in M loops/s), their CV."""
+    return readout.ceilings(*_committed_record(named))
 
 
 # What a place in RESULTS states and what its run's summary gives, in the same form, read by a `_Compare`
@@ -147,17 +161,10 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
     assert not wrong, "; ".join(wrong)
 
 
-def _calibration_medians(summary: dict[str, Any]) -> dict[str, float]:
-    """The median of the run's six readings (three before, three after) of each machine ceiling."""
-    calibration = summary["calibration"]
-    return {name: statistics.median(calibration["before"][name]["values"] + calibration["after"][name]["values"])
-            for name in ("python_cpu", "pgbench")}
-
-
 def _ceilings(row: re.Match[str], summary: dict[str, Any]) -> _Pair:
-    medians = _calibration_medians(summary)
+    shown = _ceilings_shown(row["run"])
     return ((float(row["loop"]), _count(row["pgbench"])),
-            (_as_written(medians["python_cpu"] / 1e6, row["loop"]), round(medians["pgbench"])))
+            (_as_written(shown["python_cpu"]["value"], row["loop"]), round(shown["pgbench"]["value"])))
 
 
 def test_the_kept_runs_ceilings_in_results_are_their_calibrations():
@@ -180,7 +187,6 @@ def test_the_kept_runs_stability_in_results_is_their_summaries():
     assert not wrong, "; ".join(wrong)
 
 
-
 # The head of a run's own section, read on RESULTS with its line breaks made spaces: the run's id in bold,
 # then within the paragraph what the run read of the machine, of FastAPI and of its figures' stability.
 _SECTION_HEAD = r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*(?:(?!\*\*`).){0,1500}?"
@@ -201,19 +207,16 @@ def _results_on_one_line() -> str:
 
 
 def _machine(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
-    calibration = summary["calibration"]
-    six = {name: calibration["before"][name]["values"] + calibration["after"][name]["values"]
-           for name in ("python_cpu", "pgbench")}
-    cv = {name: 100 * statistics.stdev(values) / statistics.mean(values) for name, values in six.items()}
-    medians = _calibration_medians(summary)
+    calibration, shown = summary["calibration"], _ceilings_shown(head["run"])
     return ((float(head["loop_before"]), float(head["loop_after"]), float(head["loop"]), float(head["loop_cv"]),
              _count(head["pgbench_before"]), _count(head["pgbench_after"]), _count(head["pgbench"]),
              float(head["pgbench_cv"])),
             (_as_written(calibration["before"]["python_cpu"]["median"] / 1e6, head["loop_before"]),
              _as_written(calibration["after"]["python_cpu"]["median"] / 1e6, head["loop_after"]),
-             _as_written(medians["python_cpu"] / 1e6, head["loop"]), _as_written(cv["python_cpu"], head["loop_cv"]),
+             _as_written(shown["python_cpu"]["value"], head["loop"]),
+             _as_written(100 * shown["python_cpu"]["cv"], head["loop_cv"]),
              round(calibration["before"]["pgbench"]["median"]), round(calibration["after"]["pgbench"]["median"]),
-             round(medians["pgbench"]), _as_written(cv["pgbench"], head["pgbench_cv"])))
+             round(shown["pgbench"]["value"]), _as_written(100 * shown["pgbench"]["cv"], head["pgbench_cv"])))
 
 
 def test_the_machine_each_run_section_states_is_its_calibration():
@@ -236,7 +239,7 @@ def _locust_peak(summary: dict[str, Any]) -> float:
 def _peaks(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
     (reference,) = store.location_dir("reference", REPO_ROOT / "data").iterdir()
     return ((int(head["peak"]), int(head["reference_peak"])),
-            (round(_locust_peak(summary)), round(_locust_peak(store.load_summary(reference)))))
+            (round(_locust_peak(summary)), round(_locust_peak(_committed_record(reference.name)[0]))))
 
 
 def test_the_fastapi_peak_each_run_section_states_is_its_summary():
@@ -250,6 +253,7 @@ def test_the_stability_each_run_section_states_is_its_summary():
     """"u of its n figures carry the stability warning (median CV c%)", at the head of a run's section."""
     wrong = _disagreements(_runs_read(_SECTION_STABILITY, _results_on_one_line(), at_least=6), _stability)
     assert not wrong, "; ".join(wrong)
+
 
 # A table of runs side by side in RESULTS: its header's first cell is "run", and each row names a run by
 # its id's last four characters. The columns a summary or manifest can check are read by their header.
@@ -265,12 +269,6 @@ def _run_table_cells() -> list[tuple[str, str, str]]:
                             for line in table.group(0).strip().splitlines()]
         cells += [(row[0], column, cell) for row in rows for column, cell in zip(header[1:], row[1:])]
     return cells
-
-
-@functools.cache
-def _committed_record(named: str) -> tuple[dict[str, Any], store.Manifest]:
-    where = _committed_run(named)
-    return store.load_summary(where), store.load_manifest(where)
 
 
 def _lesson_reading(summary: dict[str, Any], lesson: str, written: re.Match[str]) -> _Pair | None:
@@ -298,14 +296,15 @@ def _regime_choice(summary: dict[str, Any], regime: str, metric: str) -> float:
 def _run_table_disagreement(run: str, column: str, cell: str) -> str | None:
     """What a cell states against what its run's summary or manifest gives, or None where they agree or
     the column is not one they hold (time to report, CPU parts from raw data since dropped)."""
-    summary, manifest = _committed_record(run.strip("`"))
+    run = run.strip("`")
+    summary, manifest = _committed_record(run)
     stated: tuple[Any, ...]
     if column == "from":
         stated, measured = (cell,), (manifest["environment"]["git"]["describe"],)
     elif column.startswith("loop"):
-        stated, measured = (float(cell),), (_as_written(_calibration_medians(summary)["python_cpu"] / 1e6, cell),)
+        stated, measured = (float(cell),), (_as_written(_ceilings_shown(run)["python_cpu"]["value"], cell),)
     elif column.startswith("pgbench"):
-        stated, measured = (_count(cell),), (round(_calibration_medians(summary)["pgbench"]),)
+        stated, measured = (_count(cell),), (round(_ceilings_shown(run)["pgbench"]["value"]),)
     elif column == "bound cells (ms)":
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "bound", "chosen_db_ms"), cell),)
     elif column == "split share":
@@ -331,7 +330,6 @@ def test_the_tables_of_runs_in_results_are_their_summaries():
     assert any(column == "002-cpu" for _, column, _ in cells), "no lesson column read"
     wrong = [w for cell in cells if (w := _run_table_disagreement(*cell)) is not None]
     assert not wrong, "; ".join(wrong)
-
 
 
 # A lesson's reading in a row of the kept-runs table: "<lesson> `<verdict>` (×<estimate> [<low>, <high>]".
