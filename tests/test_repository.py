@@ -153,8 +153,8 @@ def _times(row: re.Match[str], summary: dict[str, Any]) -> _Pair | None:
 def test_the_kept_runs_durations_in_results_are_their_summaries():
     """A run's time in RESULTS, in the kept-runs table and at the head of the run's own section, is the
     summary's (`timing`: the experiments' wall time, the share inside measured windows, `pg_models`'
-    own), at the precision written; b135's 71.7 min, against its summary's 72.2, went unnoticed for
-    a day before this test."""
+    own), at the precision written; run times copied by hand drifted from their summaries unnoticed
+    for a day before this test."""
     places = (_runs_read(_KEPT_RUN_ROW, _kept_runs_table(), at_least=20)
               + _runs_read(_RUN_SECTION_TIME, _results(), at_least=10))
     wrong = _disagreements(places, _times)
@@ -244,7 +244,7 @@ def _peaks(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
 
 def test_the_fastapi_peak_each_run_section_states_is_its_summary():
     """"FastAPI's async peak was p req/s against r in the reference": the median Locust peak of the async
-    endpoint over the run's repeats, and the reference's, as README's findings give it (378)."""
+    endpoint over the run's repeats, and the reference's, as README's findings give the reference's."""
     wrong = _disagreements(_runs_read(_SECTION_PEAK, _results_on_one_line(), at_least=3), _peaks)
     assert not wrong, "; ".join(wrong)
 
@@ -338,7 +338,7 @@ _KEPT_RUN_LESSON = re.compile(r"(?P<lesson>\d{3}-[a-z]+(?:-[a-z]+)?) `(?P<verdic
 
 
 def test_the_kept_runs_lesson_readings_in_results_are_their_summaries():
-    """Each lesson a kept-runs row reads ("002-cpu `size not reproduced` (×1.59 [1.45, 1.75])") is the
+    """Each lesson a kept-runs row reads ("002-cpu `size not reproduced` (×E [L, H])") is the
     run's primary row for that lesson: its verdict, estimate and interval at the precision written."""
     rows = _runs_read(re.compile(r"^\| `(?P<run>[^`]+)` \|.*$", re.M), _kept_runs_table(), at_least=20)
     readings = [(row["run"], summary, lesson) for row, summary in rows for lesson in _KEPT_RUN_LESSON.finditer(row[0])]
