@@ -4,8 +4,9 @@ run is a manifest and a summary under data/history, and the tracked data/ stays 
 and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count. And RESULTS states the
 kept runs' times (in their table and their own sections), machine speeds, FastAPI peaks, unstable
-figures and lesson readings, and each table of runs side by side its runs' commits, regimes and
-lesson readings, as their committed summaries and manifests do."""
+figures and lesson readings, each run's section its verdict counts and the supporting rows the
+adjustment undid, and each table of runs side by side its runs' commits, regimes and lesson
+readings, as their committed summaries and manifests do."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def _as_written(value: float, written: str) -> float:
 
 
 def _count(written: str) -> int:
-    """A count as RESULTS writes it ("39,840") as a number."""
-    return int(written.replace(",", ""))
+    """A count as RESULTS writes it ("39,840"; "none" and "one" in words) as a number."""
+    return {"none": 0, "one": 1}[written] if written in ("none", "one") else int(written.replace(",", ""))
 
 
 def _results() -> str:
@@ -350,4 +351,73 @@ def test_the_kept_runs_lesson_readings_in_results_are_their_summaries():
             wrong.append(f"{run}: no primary row for {written['lesson']}")
         elif pair[0] != pair[1]:
             wrong.append(f"{run} {written['lesson']}: RESULTS {pair[0]}, summary {pair[1]}")
+    assert not wrong, "; ".join(wrong)
+
+
+def _run_sections() -> list[tuple[str, str]]:
+    """(run, text on one line) of each section of RESULTS that is about one run: the run its first bold
+    id names ("**`<run id>`**"); sections that name no run in bold (the kept-runs table, the lessons
+    learned) are left out."""
+    sections = []
+    for section in re.split(r"^## ", _results(), flags=re.M)[1:]:
+        first = re.search(r"\*\*`(\d{8}T\d{6}Z-\w+-\w{4})`\*\*", section)
+        if first is not None:
+            sections.append((first.group(1), re.sub(r"\s+", " ", section)))
+    return sections
+
+
+# "<n> measurement rows: <count> <verdict>, <count> <verdict>, ...": the verdicts of a run's ledger
+# rows, counted over its three documents (a verdict with no row left out; "direction, no seed figure"
+# holds a comma, so the list splits only where a count follows; a remark in parentheses may follow).
+_SECTION_VERDICTS = re.compile(r"(?P<rows>\d+) measurement rows: (?P<counts>\d+ [a-z][^.:]*)[.:]")
+# "Benjamini-Hochberg over the <k> supporting rows undid <u> [(<row id>, ...)]".
+_SECTION_SUPPORTING = re.compile(r"Benjamini-Hochberg over the (?P<tested>\d+) supporting rows undid "
+                                 r"(?P<undone>none|one|\d+)(?: \((?P<ids>\d{3}-[^)]*)\))?")
+
+
+def _verdicts_counted(summary: dict[str, Any]) -> dict[str, int]:
+    counted: dict[str, int] = defaultdict(int)
+    for document in summary["verdict_counts"]:
+        for verdict, n in document.items():
+            if verdict not in ("document", "judged") and n:
+                counted[verdict] += n
+    return dict(counted)
+
+
+def test_the_verdicts_each_run_section_counts_are_its_summary():
+    """"72 measurement rows: 14 reproduced, 13 size not reproduced, ...": each count in a run's own
+    section is its summary's (`verdict_counts`, summed over the three seeds), no verdict missing and none
+    added, and the rows add up to the total written."""
+    wrong, read = [], 0
+    for run, text in _run_sections():
+        summary = _committed_record(run)[0]
+        for written in _SECTION_VERDICTS.finditer(text):
+            read += 1
+            parts = re.split(r"(?:^|, )(\d+) ", written["counts"])[1:]
+            # a verdict may carry a remark in parentheses ("7 premise not met (all on the seed's ...)")
+            stated = {verdict.split(" (")[0]: int(n) for n, verdict in zip(parts[::2], parts[1::2])}
+            counted = _verdicts_counted(summary)
+            if (int(written["rows"]), stated) != (sum(counted.values()), counted):
+                wrong.append(f"{run}: RESULTS {written['rows']} rows {stated}, summary "
+                             f"{sum(counted.values())} rows {counted}")
+    assert read >= 8, f"only {read} verdict counts read in RESULTS' run sections"
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_supporting_rows_each_run_section_says_were_undone_are_its_summary():
+    """"Benjamini-Hochberg over the k supporting rows undid u (ids)": the supporting family's size, and the
+    rows whose decisive verdict the adjustment undid, as the run's summary records them."""
+    wrong, read = [], 0
+    for run, text in _run_sections():
+        for written in _SECTION_SUPPORTING.finditer(text):
+            read += 1
+            family = _committed_record(run)[0]["multiple_comparisons"]["families"]["supporting"]
+            stated: tuple[Any, ...] = (int(written["tested"]), _count(written["undone"]))
+            measured: tuple[Any, ...] = (family["tested"], len(family["undone"]))
+            if written["ids"]:
+                stated += (sorted(written["ids"].split(", ")),)
+                measured += (sorted(family["undone"]),)
+            if stated != measured:
+                wrong.append(f"{run}: RESULTS {stated}, summary {measured}")
+    assert read >= 8, f"only {read} Benjamini-Hochberg counts read in RESULTS' run sections"
     assert not wrong, "; ".join(wrong)
