@@ -4,9 +4,10 @@ run is a manifest and a summary under data/history, and the tracked data/ stays 
 and its raw data is 130 MB against da6c's 99).
 Read from git's index, so a file on disk that git ignores does not count. And RESULTS states the
 kept runs' times (in their table and their own sections), machine speeds, FastAPI peaks, unstable
-figures and lesson readings, each run's section its verdict counts and the supporting rows the
-adjustment undid, and each table of runs side by side its runs' commits, regimes and lesson
-readings, as their committed summaries and manifests do."""
+figures and lesson readings (with the repeats in a lesson's premise), each run's section its lesson
+readings, verdict counts and the supporting rows the adjustment undid, and each table of runs side
+by side its runs' commits, regimes and lesson readings, as their committed summaries and manifests
+do."""
 
 from __future__ import annotations
 
@@ -333,24 +334,26 @@ def test_the_tables_of_runs_in_results_are_their_summaries():
     assert not wrong, "; ".join(wrong)
 
 
-# A lesson's reading in a row of the kept-runs table: "<lesson> `<verdict>` (×<estimate> [<low>, <high>]".
-_KEPT_RUN_LESSON = re.compile(r"(?P<lesson>\d{3}-[a-z]+(?:-[a-z]+)?) `(?P<verdict>[^`]+)` "
-                              r"\(×(?P<estimate>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]")
+# A lesson's reading, in a row of the kept-runs table or a run's section: "<lesson> `<verdict>` (×<estimate>
+# [<low>, <high>]", then the repeats in its premise where written (", 7 of 8 repeats in its premise"). A
+# reading shared by several lessons ("001-client and 001-pool `size not reproduced` (×4.59 [...]; ×10.1
+# [...])") is matched with its group `shared` and left out: its figures follow the lessons' order, which a
+# pattern cannot pair reliably.
+_LESSON_READING = re.compile(
+    r"(?P<shared>\d{3}-[a-z]+(?:-[a-z]+)?(?:, | and ))?(?P<lesson>\d{3}-[a-z]+(?:-[a-z]+)?) `(?P<verdict>[^`]+)` "
+    r"\(×(?P<estimate>[\d.]+) \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]"
+    r"(?:, (?:(?P<used>\d+) of (?P<ran>\d+)|all (?P<all>\d+)) repeats in its premise)?")
 
 
 def test_the_kept_runs_lesson_readings_in_results_are_their_summaries():
     """Each lesson a kept-runs row reads ("002-cpu `size not reproduced` (×E [L, H])") is the
-    run's primary row for that lesson: its verdict, estimate and interval at the precision written."""
+    run's primary row for that lesson: its verdict, estimate and interval at the precision written, and
+    "k of n repeats in its premise" its repeats used and run."""
     rows = _runs_read(re.compile(r"^\| `(?P<run>[^`]+)` \|.*$", re.M), _kept_runs_table(), at_least=20)
-    readings = [(row["run"], summary, lesson) for row, summary in rows for lesson in _KEPT_RUN_LESSON.finditer(row[0])]
+    readings = [(row["run"], summary, lesson) for row, summary in rows for lesson in _LESSON_READING.finditer(row[0])
+                if not lesson["shared"]]
     assert len(readings) >= 40, f"only {len(readings)} lesson readings in the kept-runs table"
-    wrong = []
-    for run, summary, written in readings:
-        pair = _lesson_reading(summary, written["lesson"], written)
-        if pair is None:
-            wrong.append(f"{run}: no primary row for {written['lesson']}")
-        elif pair[0] != pair[1]:
-            wrong.append(f"{run} {written['lesson']}: RESULTS {pair[0]}, summary {pair[1]}")
+    wrong = [w for reading in readings if (w := _lesson_disagreement(*reading)) is not None]
     assert not wrong, "; ".join(wrong)
 
 
@@ -420,4 +423,28 @@ def test_the_supporting_rows_each_run_section_says_were_undone_are_its_summary()
             if stated != measured:
                 wrong.append(f"{run}: RESULTS {stated}, summary {measured}")
     assert read >= 8, f"only {read} Benjamini-Hochberg counts read in RESULTS' run sections"
+    assert not wrong, "; ".join(wrong)
+
+
+def _lesson_disagreement(run: str, summary: dict[str, Any], written: re.Match[str]) -> str | None:
+    """What a lesson reading (`_LESSON_READING`) states against the run's primary row for the lesson, or
+    None where they agree."""
+    pair = _lesson_reading(summary, written["lesson"], written)
+    if pair is None:
+        return f"{run}: no primary row for {written['lesson']}"
+    stated, measured = pair
+    if written["used"] or written["all"]:
+        claim = next(c for c in summary["claims"] if c.get("primary") == written["lesson"])
+        stated += (int(written["used"] or written["all"]), int(written["ran"] or written["all"]))
+        measured += (claim["n_used"], claim["n_ran"])
+    return None if stated == measured else f"{run} {written['lesson']}: RESULTS {stated}, summary {measured}"
+
+
+def test_the_lesson_readings_each_run_section_states_are_its_summary():
+    """Each lesson a run's section reads on its own ("002-cpu `size not reproduced` (×E [L, H]") is the
+    run's primary row for that lesson, and "k of n repeats in its premise" its repeats used and run."""
+    readings = [(run, _committed_record(run)[0], lesson) for run, text in _run_sections()
+                for lesson in _LESSON_READING.finditer(text) if not lesson["shared"]]
+    assert len(readings) >= 40, f"only {len(readings)} lesson readings read in RESULTS' run sections"
+    wrong = [w for reading in readings if (w := _lesson_disagreement(*reading)) is not None]
     assert not wrong, "; ".join(wrong)
