@@ -15,7 +15,7 @@ import functools
 import re
 import statistics
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 from conftest import REPO_ROOT
 
 from harness.core import store
-from harness.reading import readout
+from harness.reading import readout, show
 
 DATA_LIMIT_BYTES = 200 * 10**6
 
@@ -273,14 +273,18 @@ def _run_table_cells() -> list[tuple[str, str, str]]:
     return cells
 
 
+def _primary_row(summary: dict[str, Any], lesson: str) -> dict[str, Any] | None:
+    """The run's primary ledger row for `lesson` (its `primary` field names the lesson); None if none."""
+    return next((claim for claim in summary["claims"] if claim.get("primary") == lesson), None)
+
+
 def _lesson_reading(summary: dict[str, Any], lesson: str, written: re.Match[str]) -> _Pair | None:
     """A lesson's estimate, interval and (where written) verdict as RESULTS writes them (`written`'s groups
     estimate, low, high, verdict) and as the run's primary row for that lesson gives them; None if the
     summary has no such lesson."""
-    claims = [claim for claim in summary["claims"] if claim.get("primary") == lesson]
-    if not claims:
+    claim = _primary_row(summary, lesson)
+    if claim is None:
         return None
-    claim = claims[0]
     parts = {"estimate": "estimate", "ci_low": "low", "ci_high": "high"}   # the claim's field: the group
     return (tuple(float(written[part]) for part in parts.values()) + (written["verdict"],),
             tuple(_as_written(claim[field], written[part]) for field, part in parts.items())
@@ -311,7 +315,7 @@ def _run_table_disagreement(run: str, column: str, cell: str) -> str | None:
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "bound", "chosen_db_ms"), cell),)
     elif column == "split share":
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "split", "chosen_share_cores"), cell),)
-    elif any(claim.get("primary") == column for claim in summary["claims"]):
+    elif _primary_row(summary, column) is not None:
         ratio = _RATIO_CELL.match(cell)
         if ratio is None:
             return f"{run} {column}: {cell!r} is not '×estimate [low, high]'"
@@ -378,28 +382,19 @@ _SECTION_SUPPORTING = re.compile(r"Benjamini-Hochberg over the (?P<tested>\d+) s
                                  r"(?P<undone>none|one|\d+)(?: \((?P<ids>\d{3}-[^)]*)\))?")
 
 
-def _verdicts_counted(summary: dict[str, Any]) -> dict[str, int]:
-    counted: dict[str, int] = defaultdict(int)
-    for document in summary["verdict_counts"]:
-        for verdict, n in document.items():
-            if verdict not in ("document", "judged") and n:
-                counted[verdict] += n
-    return dict(counted)
-
-
 def test_the_verdicts_each_run_section_counts_are_its_summary():
     """"72 measurement rows: 14 reproduced, 13 size not reproduced, ...": each count in a run's own
-    section is its summary's (`verdict_counts`, summed over the three seeds), no verdict missing and none
-    added, and the rows add up to the total written."""
+    section is its measurement rows' verdicts as `harness show` counts them (`show.verdict_counts`),
+    summed over the three seeds, no verdict missing and none added, and the rows add up to the total
+    written."""
     wrong, read = [], 0
     for run, text in _run_sections():
-        summary = _committed_record(run)[0]
+        counted = dict(sum(show.verdict_counts(_committed_record(run)[0]).values(), Counter()))
         for written in _SECTION_VERDICTS.finditer(text):
             read += 1
             parts = re.split(r"(?:^|, )(\d+) ", written["counts"])[1:]
             # a verdict may carry a remark in parentheses ("7 premise not met (all on the seed's ...)")
             stated = {verdict.split(" (")[0]: int(n) for n, verdict in zip(parts[::2], parts[1::2])}
-            counted = _verdicts_counted(summary)
             if (int(written["rows"]), stated) != (sum(counted.values()), counted):
                 wrong.append(f"{run}: RESULTS {written['rows']} rows {stated}, summary "
                              f"{sum(counted.values())} rows {counted}")
@@ -434,7 +429,8 @@ def _lesson_disagreement(run: str, summary: dict[str, Any], written: re.Match[st
         return f"{run}: no primary row for {written['lesson']}"
     stated, measured = pair
     if written["used"] or written["all"]:
-        claim = next(c for c in summary["claims"] if c.get("primary") == written["lesson"])
+        claim = _primary_row(summary, written["lesson"])
+        assert claim is not None
         stated += (int(written["used"] or written["all"]), int(written["ran"] or written["all"]))
         measured += (claim["n_used"], claim["n_ran"])
     return None if stated == measured else f"{run} {written['lesson']}: RESULTS {stated}, summary {measured}"
