@@ -68,12 +68,14 @@ _KEPT_RUN_CEILINGS = re.compile(
 _KEPT_RUN_STABILITY = re.compile(
     r"^\| `(?P<run>[^`]+)` \|.*?(?P<unstable>[\d,]+) of (?P<figures>[\d,]+)(?: figures)? unstable "
     r"\(median CV (?P<cv>\d+(?:\.\d+)?)%\)", re.M)
+# A run's own section, read on its line of `_run_sections_on_lines()`: the run's bold id, then the first
+# place on that line (so in that section) that the rest of a pattern reads.
+_SECTION_HEAD = r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*.*?"
 # A run's own section opens "**`<run id>`** ... <m> min of run, <f>% [of it] inside measured windows
-# (`pg_models` <p> min" (lines break anywhere; "of repeats" in older sections).
+# (`pg_models` <p> min" ("of repeats" in older sections).
 _RUN_SECTION_TIME = re.compile(
-    r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*(?:(?!\*\*`).){0,900}?(?P<minutes>\d+(?:\.\d+)?)\s+min\s+of\s+"
-    r"(?:run|repeats),?\s+(?P<inside>\d+)%(?:\s+of\s+it)?\s+inside\s+measured\s+windows"
-    r"(?:\s+\(`pg_models`\s+(?P<pg_models>\d+(?:\.\d+)?)\s+min)?", re.S)
+    _SECTION_HEAD + r"(?P<minutes>\d+(?:\.\d+)?) min of (?:run|repeats),? (?P<inside>\d+)%(?: of it)? inside "
+    r"measured windows(?: \(`pg_models` (?P<pg_models>\d+(?:\.\d+)?) min)?")
 
 
 def _as_written(value: float, written: str) -> float:
@@ -158,7 +160,7 @@ def test_the_kept_runs_durations_in_results_are_their_summaries():
     own), at the precision written; run times copied by hand drifted from their summaries unnoticed
     for a day before this test."""
     places = (_runs_read(_KEPT_RUN_ROW, _kept_runs_table(), at_least=20)
-              + _runs_read(_RUN_SECTION_TIME, _results(), at_least=10))
+              + _runs_read(_RUN_SECTION_TIME, _run_sections_on_lines(), at_least=10))
     wrong = _disagreements(places, _times)
     assert not wrong, "; ".join(wrong)
 
@@ -189,9 +191,7 @@ def test_the_kept_runs_stability_in_results_is_their_summaries():
     assert not wrong, "; ".join(wrong)
 
 
-# The head of a run's own section, read on RESULTS with its line breaks made spaces: the run's id in bold,
-# then within the paragraph what the run read of the machine, of FastAPI and of its figures' stability.
-_SECTION_HEAD = r"\*\*`(?P<run>\d{8}T\d{6}Z-\w+-\w{4})`\*\*(?:(?!\*\*`).){0,1500}?"
+# What a run's section states of the machine, of FastAPI and of its figures' stability.
 _SECTION_MACHINE = re.compile(
     _SECTION_HEAD + r"(?P<loop_before>\d+(?:\.\d+)?) M loops/s before(?: it)? and (?P<loop_after>\d+(?:\.\d+)?) M "
     r"after \((?:median )?(?P<loop>\d+(?:\.\d+)?) M over (?:all )?6, CV (?P<loop_cv>\d+(?:\.\d+)?)%\),? pgbench "
@@ -204,8 +204,10 @@ _SECTION_STABILITY = re.compile(
     r"\(median CV (?P<cv>\d+(?:\.\d+)?)%\)")
 
 
-def _results_on_one_line() -> str:
-    return re.sub(r"\s+", " ", _results())
+def _run_sections_on_lines() -> str:
+    """Each run's own section of RESULTS (`_run_sections`) on a line of its own, so that a pattern opening
+    with `_SECTION_HEAD` reads only within the section its run's bold id opens."""
+    return "\n".join(text for _, text in _run_sections())
 
 
 def _machine(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
@@ -225,7 +227,7 @@ def test_the_machine_each_run_section_states_is_its_calibration():
     """"The Python loop read b M loops/s before and a M after (m M over 6, CV c%), pgbench b and a tps
     (m over 6, CV c%)": the medians of the three readings before the experiments and the three after,
     of all six, and the six's coefficient of variation, as the run's summary keeps them."""
-    heads = _runs_read(_SECTION_MACHINE, _results_on_one_line(), at_least=6)
+    heads = _runs_read(_SECTION_MACHINE, _run_sections_on_lines(), at_least=6)
     wrong = _disagreements(heads, _machine)
     assert not wrong, "; ".join(wrong)
 
@@ -247,13 +249,13 @@ def _peaks(head: re.Match[str], summary: dict[str, Any]) -> _Pair:
 def test_the_fastapi_peak_each_run_section_states_is_its_summary():
     """"FastAPI's async peak was p req/s against r in the reference": the median Locust peak of the async
     endpoint over the run's repeats, and the reference's, as README's findings give the reference's."""
-    wrong = _disagreements(_runs_read(_SECTION_PEAK, _results_on_one_line(), at_least=3), _peaks)
+    wrong = _disagreements(_runs_read(_SECTION_PEAK, _run_sections_on_lines(), at_least=3), _peaks)
     assert not wrong, "; ".join(wrong)
 
 
 def test_the_stability_each_run_section_states_is_its_summary():
     """"u of its n figures carry the stability warning (median CV c%)", at the head of a run's section."""
-    wrong = _disagreements(_runs_read(_SECTION_STABILITY, _results_on_one_line(), at_least=6), _stability)
+    wrong = _disagreements(_runs_read(_SECTION_STABILITY, _run_sections_on_lines(), at_least=6), _stability)
     assert not wrong, "; ".join(wrong)
 
 
