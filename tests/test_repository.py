@@ -280,13 +280,9 @@ def _primary_row(summary: dict[str, Any], lesson: str) -> dict[str, Any] | None:
     return next((claim for claim in summary["claims"] if claim.get("primary") == lesson), None)
 
 
-def _lesson_reading(summary: dict[str, Any], lesson: str, written: re.Match[str]) -> _Pair | None:
+def _lesson_reading(claim: dict[str, Any], written: re.Match[str]) -> _Pair:
     """A lesson's estimate, interval and (where written) verdict as RESULTS writes them (`written`'s groups
-    estimate, low, high, verdict) and as the run's primary row for that lesson gives them; None if the
-    summary has no such lesson."""
-    claim = _primary_row(summary, lesson)
-    if claim is None:
-        return None
+    estimate, low, high, verdict) and as the run's primary row for that lesson (`claim`) gives them."""
     parts = {"estimate": "estimate", "ci_low": "low", "ci_high": "high"}   # the claim's field: the group
     return (tuple(float(written[part]) for part in parts.values()) + (written["verdict"],),
             tuple(_as_written(claim[field], written[part]) for field, part in parts.items())
@@ -317,13 +313,11 @@ def _run_table_disagreement(run: str, column: str, cell: str) -> str | None:
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "bound", "chosen_db_ms"), cell),)
     elif column == "split share":
         stated, measured = (float(cell),), (_as_written(_regime_choice(summary, "split", "chosen_share_cores"), cell),)
-    elif _primary_row(summary, column) is not None:
+    elif (claim := _primary_row(summary, column)) is not None:
         ratio = _RATIO_CELL.match(cell)
         if ratio is None:
             return f"{run} {column}: {cell!r} is not '×estimate [low, high]'"
-        pair = _lesson_reading(summary, column, ratio)
-        assert pair is not None
-        stated, measured = pair
+        stated, measured = _lesson_reading(claim, ratio)
     else:
         return None
     return None if stated == measured else f"{run} {column}: RESULTS {stated}, summary {measured}"
@@ -426,13 +420,11 @@ def test_the_supporting_rows_each_run_section_says_were_undone_are_its_summary()
 def _lesson_disagreement(run: str, summary: dict[str, Any], written: re.Match[str]) -> str | None:
     """What a lesson reading (`_LESSON_READING`) states against the run's primary row for the lesson, or
     None where they agree."""
-    pair = _lesson_reading(summary, written["lesson"], written)
-    if pair is None:
+    claim = _primary_row(summary, written["lesson"])
+    if claim is None:
         return f"{run}: no primary row for {written['lesson']}"
-    stated, measured = pair
+    stated, measured = _lesson_reading(claim, written)
     if written["used"] or written["all"]:
-        claim = _primary_row(summary, written["lesson"])
-        assert claim is not None
         stated += (int(written["used"] or written["all"]), int(written["ran"] or written["all"]))
         measured += (claim["n_used"], claim["n_ran"])
     return None if stated == measured else f"{run} {written['lesson']}: RESULTS {stated}, summary {measured}"
