@@ -241,13 +241,23 @@ def study_cmd(profile, repeat, sets, data_dir, keep_code, pythons, placement) ->
 @_repeat
 @_data_dir
 @click.option("--no-report", is_flag=True, help="Store the run without building its report page.")
-def verify_cmd(workload, confirm_hosts, repeat, data_dir, no_report) -> None:
+@click.option("--trust-function", "trusted_functions", multiple=True, metavar="NAME",
+              help="PostgreSQL: run a function that builds SQL at run time (EXECUTE), without walking its body. "
+                   "Repeatable.")
+@click.option("--writable-role-ok", is_flag=True,
+              help="PostgreSQL: connect as a role that can write, on a server that is not the study's own.")
+@click.option("--idle-target", is_flag=True,
+              help="PostgreSQL: nothing else writes to the target, so a changed row counter stops the run.")
+def verify_cmd(workload, confirm_hosts, repeat, data_dir, no_report, trusted_functions, writable_role_ok,
+               idle_target) -> None:
     """Run the seeds' "Verify" checks on your own database and queries (a workload file: see
     examples/workloads/) and build a one-page decision report."""
     from . import report as report_mod
     from . import verify
+    from .experiments.verify import analysis as verify_analysis
 
-    w, overrides = verify.prepare(workload, tuple(confirm_hosts), data_dir)   # every input error first
+    permissions = verify.Permissions(tuple(trusted_functions), writable_role_ok, idle_target)
+    w, overrides = verify.prepare(workload, tuple(confirm_hosts), data_dir, permissions)   # every input error first
     progress = _Progress(total=repeat or w.load.repeats)
     try:
         path = verify.execute(w, overrides, data_dir=data_dir, repeat=repeat, on_event=progress)
@@ -255,6 +265,8 @@ def verify_cmd(workload, confirm_hosts, repeat, data_dir, no_report) -> None:
         progress.close()
     run_ = store.Run(path)
     _print_outcome_lines(run_)
+    for line in verify_analysis.guard_lines(run_):
+        click.echo(line)
     if run_.manifest["status"] == "complete":
         for line in verify.verdict_lines(run_):
             click.echo(line)

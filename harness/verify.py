@@ -25,6 +25,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,31 @@ LOAD_PARAMETERS = {"postgres": ("clients", "pools", "duration_s", "warmup_s", "m
                    "mongodb": ("tasks", "threads", "pools", "duration_s", "warmup_s")}
 
 
-def plan(path: str | Path, confirmed_hosts: tuple[str, ...] = ()) -> tuple[workload_file.Workload, dict[str, Any]]:
+@dataclass(frozen=True)
+class Permissions:
+    """What the user allows on the command line beyond the defaults (PostgreSQL targets only)."""
+    trusted_functions: tuple[str, ...] = ()   # --trust-function: bodies not walked
+    writable_role_ok: bool = False            # --writable-role-ok: a role that can write, off the study's cluster
+    idle_target: bool = False                 # --idle-target: nothing else writes, so row counters are watched
+
+    def overrides(self, family: str) -> dict[str, Any]:
+        if family != "postgres":
+            if self != Permissions():
+                raise HarnessError("--trust-function, --writable-role-ok and --idle-target apply to a [postgres] "
+                                   "workload only")
+            return {}
+        return asdict(self)
+
+
+def plan(path: str | Path, confirmed_hosts: tuple[str, ...] = (),
+         permissions: Permissions = Permissions()) -> tuple[workload_file.Workload, dict[str, Any]]:
     """The checked workload and the experiment's parameter overrides; nothing is contacted."""
     w = workload_file.load(path)
     workload_file.confirm_target(w, confirmed_hosts, str(path))
     load = w.load.model_dump()
     overrides: dict[str, Any] = {k: load[k] for k in LOAD_PARAMETERS[w.family]}
     overrides["workload"] = json.dumps(w.body(), sort_keys=True)
+    overrides.update(permissions.overrides(w.family))
     study.plan([w.experiment], "full", overrides, w.load.repeats)   # the parameters' own checks
     return w, overrides
 
@@ -77,32 +96,36 @@ def check_reachable(w: workload_file.Workload) -> None:
         servers.check_mongodb(w.target, "target")
 
 
-def preflight(w: workload_file.Workload) -> None:
-    """The PostgreSQL pre-flight on the file's target (a MongoDB workload is a find, nothing to try)."""
+def preflight(w: workload_file.Workload, overrides: dict[str, Any]) -> None:
+    """The PostgreSQL guards and pre-flight on the file's target (a MongoDB workload is a find,
+    nothing to try): the role's rights, what the statements reach, the pre-flight, the row counters."""
     if w.target == "local" or w.postgres is None:
         return
     from .experiments.verify import postgres as verify_postgres
 
     params = {name: g.model_dump() for name, g in w.postgres.params.items()}
     gens = verify_postgres.generators(w.target, params, w.seed)
-    verify_postgres.preflight(w.target, w.postgres.request, gens, tuple(w.load.models), w.seed)
+    planned = study.plan([w.experiment], "full", overrides, w.load.repeats)[0].params
+    assert isinstance(planned, verify_postgres.VerifyPostgresParams)
+    verify_postgres.guarded_preflight(w.target, w.target, w.body(), gens, planned)
 
 
-def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (),
-            data_dir: Path | None = None) -> tuple[workload_file.Workload, dict[str, Any]]:
-    """`plan()`, then the data directory, the target and the pre-flight: every input error, and
-    every statement the server refuses, before a run starts."""
-    w, overrides = plan(path, confirmed_hosts)
+def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (), data_dir: Path | None = None,
+            permissions: Permissions = Permissions()) -> tuple[workload_file.Workload, dict[str, Any]]:
+    """`plan()`, then the data directory, the target, the guards and the pre-flight: every input
+    error, and every statement the server or the guards refuse, before a run starts."""
+    w, overrides = plan(path, confirmed_hosts, permissions)
     store.check_writable(data_dir)
     check_reachable(w)
-    preflight(w)
+    preflight(w, overrides)
     return w, overrides
 
 
 def run(path: str | Path, confirmed_hosts: tuple[str, ...] = (), *, data_dir: Path | None = None,
-        repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None) -> Path:
+        repeat: int | None = None, on_event: Callable[[str, dict], None] | None = None,
+        permissions: Permissions = Permissions()) -> Path:
     """Check, run and store the workload; returns the run's directory (`report.build` makes its page)."""
-    w, overrides = prepare(path, confirmed_hosts, data_dir)
+    w, overrides = prepare(path, confirmed_hosts, data_dir, permissions)
     return execute(w, overrides, data_dir=data_dir, repeat=repeat, on_event=on_event)
 
 

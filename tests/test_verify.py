@@ -165,6 +165,11 @@ def test_the_postgres_example_runs_through_the_command(verify_cli):
         assert f"{c.check:15} {c.subject}" in verify_cli.stdout
     assert (run.path / "report" / "index.html").exists()
     assert "06_workload.ipynb" in (run.path / "report" / "index.html").read_text()
+    # the role first (issue 69): on the study's own cluster a superuser runs, and says so
+    role = "role postgres on database study (the study's own cluster): a superuser: it can write anything"
+    assert verify_cli.stdout.index(role) < verify_cli.stdout.index("002-"), verify_cli.stdout
+    page = "".join(p.read_text() for p in (run.path / "report").rglob("*.html"))
+    assert role in page
 
 
 # The checks these tests do not judge, at the smoke profile's sizes (the defaults: 50 clients opened
@@ -339,8 +344,11 @@ def namespaced_server(stack, tmp_path):
 
 
 def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack, tmp_path):
-    """... and the run does nothing to that server but the workload's reads: no pgbench ceiling,
-    whose table would be a write (the table is dropped first, so its absence after is the run's)."""
+    """... and a role that can only read: a superuser there is refused before any load unless the
+    user says a writable role is fine (issue 69), while a `pg_read_all_data` role runs, its rights the
+    report's first line, the row counters watched on an idle target. The run does nothing to that
+    server but the workload's reads: no pgbench ceiling, whose table would be a write (the table is
+    dropped first, so its absence after is the run's)."""
     import psycopg
 
     from harness.core import calibration
@@ -349,23 +357,36 @@ def test_a_target_off_loopback_needs_its_host_confirmed(namespaced_server, stack
     _acct_rows(stack.postgres_dsn)      # the table the workload reads exists whichever test ran first
     with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {calibration.TABLE}")
+        if conn.execute("SELECT to_regrole('verify_reader')").fetchone() == (None,):
+            conn.execute("CREATE ROLE verify_reader LOGIN IN ROLE pg_read_all_data")
     assert not workload_file.is_loopback(host)
-    path = write(tmp_path, f'target = "{dsn}"\n[postgres]\nrequest = ["SELECT owner FROM acct WHERE id = :id"]\n'
-                           'params.id = { int = [1, 1000] }\n[load]\nclients = 2\npools = [2]\n'
-                           'models = ["uvloop_asyncpg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n')
+    load = ('[postgres]\nrequest = ["SELECT owner FROM acct WHERE id = :id"]\nparams.id = { int = [1, 1000] }\n'
+            '[load]\nclients = 2\npools = [2]\nmodels = ["uvloop_asyncpg"]\nduration_s = 0.3\nwarmup_s = 0.1\n'
+            'repeats = 1\n')
+    path = write(tmp_path, f'target = "{dsn}"\n{load}')
+    reader = write(tmp_path, f'target = "{dsn.replace("postgres@", "verify_reader@")}"\n{load}', "reader.toml")
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STUDY_")}
     refused = harness("verify", str(path), "--data-dir", str(data), "--no-report", env=env, timeout=60)
     assert refused.returncode == 2 and f"pass --confirm-host {host}" in refused.stderr, refused.stderr
     assert not (data / "runs").exists()
     wrong = harness("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", "10.0.0.1", env=env,
-                timeout=60)
+                    timeout=60)
     assert wrong.returncode == 2, wrong.stderr
-    ran = harness("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", host, env=env,
-                  timeout=300)
+    writable = harness("verify", str(path), "--data-dir", str(data), "--no-report", "--confirm-host", host, env=env,
+                       timeout=60)
+    assert writable.returncode == 2 and "target: role postgres is a superuser of database study" in writable.stderr \
+        and "--writable-role-ok" in writable.stderr and len(writable.stderr.strip().splitlines()) == 1, writable.stderr
+    assert not (data / "runs").exists() or not any((data / "runs").iterdir())
+    verify_mod.prepare(path, (host,), data, verify_mod.Permissions(writable_role_ok=True))   # said: it passes
+    ran = harness("verify", str(reader), "--data-dir", str(data), "--no-report", "--confirm-host", host,
+                  "--idle-target", env=env, timeout=300)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    role = "role verify_reader on database study (not the study's own cluster): can write no table: reads only"
+    assert role in ran.stdout.splitlines(), ran.stdout
     run = store.open_run("latest", data)
     assert run.experiments["verify_postgres"]["status"] == "ok"
+    assert run.result("verify_postgres", 0)["notes"]["rows_watched"] is True
     assert host in run.manifest["servers"]["postgres"]["uri"]
     assert "not measured" in run.manifest["calibration"]["before"]["pgbench"]["error"]
     with psycopg.connect(stack.postgres_dsn) as conn:
@@ -393,3 +414,135 @@ def test_allow_writes_has_no_postgres_check():
     with pytest.raises(HarnessError, match="allow_writes: only \\[mongodb\\] has a write check"):
         workload_file.parse({"target": "local", "dataset": "accounts", "allow_writes": True,
                              "postgres": {"request": ["SELECT 1"]}}, "w")
+
+
+# ------------------------------------------------------------------- what the statements reach (issue 69)
+
+GUARDS_DB = "verify_guards"
+# A schema of the user's own: functions that reach dblink_exec (an UPDATE on a connection of its own,
+# which commits whatever verify's read-only transaction does) through one or two wrappers, PL/pgSQL,
+# a view, a dynamic EXECUTE, and a wrapper around pg_terminate_backend.
+GUARDS_SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS dblink;
+CREATE TABLE customers (id integer PRIMARY KEY, balance integer NOT NULL DEFAULT 0);
+INSERT INTO customers (id) SELECT g FROM generate_series(1, 2000) g;
+CREATE FUNCTION sneaky(cid integer) RETURNS text LANGUAGE sql AS
+  $$ SELECT dblink_exec('{conn}', 'UPDATE customers SET balance = balance + 1 WHERE id <= ' || cid) $$;
+CREATE FUNCTION sneaky_outer(cid integer) RETURNS text LANGUAGE sql AS $$ SELECT sneaky(cid) $$;
+CREATE FUNCTION sneaky_pl(cid integer) RETURNS text LANGUAGE plpgsql AS
+  $$ BEGIN RETURN sneaky_outer(cid); END $$;
+CREATE VIEW sneaky_view AS SELECT id, sneaky(id) AS done FROM customers;
+CREATE FUNCTION sneaky_dynamic(cid integer) RETURNS void LANGUAGE plpgsql AS $$
+  BEGIN
+    EXECUTE format('SELECT %s(%L, %L)', 'dblink' || '_exec', '{conn}',
+                   'UPDATE customers SET balance = balance + 1 WHERE id <= ' || cid);
+  END $$;
+CREATE FUNCTION ends_sessions(cid integer) RETURNS boolean LANGUAGE sql AS
+  $$ SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = cid $$;
+CREATE FUNCTION plain_abs(integer) RETURNS integer LANGUAGE internal IMMUTABLE AS 'int4abs';
+CREATE FUNCTION balance_of(cid integer) RETURNS integer LANGUAGE plpgsql STABLE AS
+  $$ DECLARE b integer; BEGIN SELECT balance INTO b FROM customers WHERE id = cid; RETURN b; END $$;
+"""
+# each workload statement, and the chain its refusal names
+REACHED = {
+    "sql wrapper": ("SELECT sneaky(:cid)", "public.sneaky → dblink_exec"),
+    "plpgsql wrapper": ("SELECT sneaky_pl(:cid)",
+                        "public.sneaky_pl → public.sneaky_outer → public.sneaky → dblink_exec"),
+    "two-level wrapper": ("SELECT sneaky_outer(:cid)", "public.sneaky_outer → public.sneaky → dblink_exec"),
+    "view over a wrapper": ("SELECT count(*) FROM sneaky_view WHERE id = :cid",
+                            "public.sneaky_view → public.sneaky → dblink_exec"),
+    "dynamic execute": ("SELECT sneaky_dynamic(:cid)", "public.sneaky_dynamic, which builds SQL at run time"),
+    "terminate wrapper": ("SELECT ends_sessions(:cid)", "public.ends_sessions → pg_terminate_backend"),
+}
+
+
+@pytest.fixture(scope="module")
+def guards_db(stack) -> str:
+    """The user's own schema above, in a database of its own on the session's PostgreSQL; its DSN."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    pg = urlsplit(stack.postgres_dsn)
+    dsn = stack.postgres_dsn.rsplit("/", 1)[0] + f"/{GUARDS_DB}"
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {GUARDS_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {GUARDS_DB}")
+    conn_str = f"host={pg.hostname} port={pg.port} dbname={GUARDS_DB} user=postgres"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(GUARDS_SCHEMA.replace("{conn}", conn_str))
+    return dsn
+
+
+def _balances(dsn: str) -> tuple[int, int]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*), sum(balance) FROM customers").fetchone()
+
+
+def _guards_workload(tmp_path: Path, dsn: str, statement: str, name: str = "w.toml") -> Path:
+    return write(tmp_path, f'target = "{dsn}"\n[postgres]\nrequest = ["{statement}"]\n'
+                           'params.cid = { int = [1, 2000] }\n[load]\nclients = 2\npools = [2]\n'
+                           'models = ["threads_psycopg"]\nduration_s = 0.3\nwarmup_s = 0.1\nrepeats = 1\n', name)
+
+
+@pytest.mark.parametrize("case", sorted(REACHED))
+def test_a_call_reached_through_the_users_functions_is_refused_naming_the_chain(case, guards_db, tmp_path):
+    statement, chain = REACHED[case]
+    before = _balances(guards_db)
+    with pytest.raises(HarnessError) as e:
+        verify_mod.prepare(_guards_workload(tmp_path, guards_db, statement), data_dir=tmp_path / "data")
+    message = str(e.value)
+    assert f"postgres.request[0]: {chain}" in message and "\n" not in message, message
+    assert _balances(guards_db) == before == (2000, 0)
+
+
+def test_the_sneaky_workload_exits_non_zero_within_20_s_and_changes_no_row(guards_db, tmp_path):
+    """Issue 69's workload through the command: before, it wrote 1,585 rows and exited 0."""
+    import time
+
+    path = _guards_workload(tmp_path, guards_db, REACHED["sql wrapper"][0])
+    started = time.monotonic()
+    out = harness("verify", str(path), "--data-dir", str(tmp_path / "data"), timeout=60)
+    took = time.monotonic() - started
+    assert out.returncode == 2 and "public.sneaky → dblink_exec" in out.stderr, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert took < 20, took
+    assert _balances(guards_db) == (2000, 0)
+    assert not (tmp_path / "data" / "runs").exists() or not any((tmp_path / "data" / "runs").iterdir())
+
+
+def test_a_trusted_function_that_writes_anyway_is_caught_by_the_row_counters(guards_db, tmp_path):
+    """--trust-function lets the dynamic EXECUTE through the walk; on the study's own cluster the
+    row counters are watched, so the pre-flight's write (dblink commits on its own connection, the
+    rollback cannot undo it) stops the command, naming the table. Without the counters this
+    workload would have exited 0."""
+    path = _guards_workload(tmp_path, guards_db, "SELECT sneaky_dynamic(5)".replace("5", ":cid"))
+    with pytest.raises(HarnessError, match=r"target: rows changed during the pre-flight: public\.customers "
+                                           r"\(\+[\d,]+ updated\)"):
+        verify_mod.prepare(path, data_dir=tmp_path / "data",
+                           permissions=verify_mod.Permissions(trusted_functions=("sneaky_dynamic",)))
+    import psycopg
+
+    with psycopg.connect(guards_db, autocommit=True) as conn:   # undo what the trusted function did
+        conn.execute("UPDATE customers SET balance = 0")
+
+
+def test_what_the_walk_reads_and_what_it_cannot_are_both_named(guards_db):
+    """A PL/pgSQL read and a view are walked; a function in another language is named as not
+    checked; a trusted one is named and not walked. The role lines say what the role may write."""
+    import psycopg
+
+    from harness.experiments.verify import reach, rights
+
+    with psycopg.connect(guards_db, autocommit=True) as conn:
+        found = reach.check(conn, ["SELECT balance_of($1), plain_abs($1)", "SELECT count(*) FROM customers"],
+                            ("sneaky_dynamic",))
+        assert found.walked == {"public.balance_of"} and found.not_checked == {"public.plain_abs (internal)"}
+        found = reach.check(conn, ["SELECT sneaky_dynamic($1)"], ("sneaky_dynamic",))
+        assert found.trusted == {"public.sneaky_dynamic"} and not found.walked
+        role = rights.read(conn, guards_db)
+    assert role.superuser and role.can_write and role.study_cluster
+    assert "dblink_exec" in role.runs_sql_elsewhere
+    assert role.lines()[0].startswith("role postgres on database verify_guards (the study's own cluster): a superuser")

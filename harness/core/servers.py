@@ -40,6 +40,7 @@ MONGO_IMAGE = "mongo:8.2"
 POSTGRES_IMAGE = "postgres:17"
 STUDY_DB = "study"            # MongoDB database and PostgreSQL database holding the datasets
 FERRETDB_PG_DB = "ferretdb"   # PostgreSQL database FerretDB keeps its collections in
+CLUSTER_MARKER = "HARNESS_STUDY_CLUSTER"   # a file in the data directory of every cluster local_postgres makes
 FERRETDB_PG_POOL = 50         # FerretDB's own pool to PostgreSQL (its default, made explicit)
 CONNECT_TIMEOUT_S = 5
 START_TIMEOUT_S = 60
@@ -319,6 +320,7 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
     )
     if init.returncode != 0:
         raise HarnessError(f"initdb failed ({bindir}/initdb):\n{init.stderr.strip()[-1500:]}")
+    (data / CLUSTER_MARKER).write_text("a PostgreSQL cluster the harness made for the study (study_cluster)\n")
     port = processes.free_port()
     argv = [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={sock}"]
@@ -341,6 +343,20 @@ def local_postgres(state_dir: Path, detach: bool = False) -> Iterator[Server]:
             local.proc.stop(sig=signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
             if pg_dir != state_dir / "postgres":
                 shutil.rmtree(pg_dir, ignore_errors=True)
+
+
+def study_cluster(backend_pid: int) -> bool:
+    """Whether the PostgreSQL backend with this pid runs on this machine in a cluster that
+    `local_postgres` made (its working directory, the data directory, holds CLUSTER_MARKER). A
+    backend of a remote server behind a tunnel has a pid of that machine: here it names another
+    process, or none."""
+    import psutil
+
+    try:
+        backend = psutil.Process(backend_pid)
+        return backend.name() == "postgres" and (Path(backend.cwd()) / CLUSTER_MARKER).is_file()
+    except (psutil.Error, OSError):
+        return False
 
 
 def _wait_postgres(dsn: str, proc: processes.ManagedProcess) -> None:

@@ -106,12 +106,14 @@ _SESSION_FUNCTION_GROUPS: tuple[tuple[tuple[str, ...], str], ...] = (
       "lowrite", "lo_truncate", "lo_truncate64"), "reads or writes server files or large objects"),
     (("pg_file_write", "pg_file_rename", "pg_file_unlink", "pg_file_sync"), "writes server files"),
     (("nextval", "setval"), "advances or sets a sequence"),
+    (("pg_background_launch", "pg_background_result", "pg_background_detach", "pg_background_submit"),
+     "runs SQL in a background worker, outside this read-only transaction"),
 )
 SESSION_FUNCTIONS: dict[str, str] = {name: why for names, why in _SESSION_FUNCTION_GROUPS for name in names}
 # A call, schema-qualified or quoted or not: `set_config(`, `pg_catalog.set_config (`, `"set_config"(`.
 # The whole text is searched, literals and comments too: a name inside a string that is run as SQL
 # (query_to_xml) is refused as well; a false alarm costs a rewording, a miss could cost a write.
-_SESSION_CALL = re.compile(r'(?<![\w$])"?(' + "|".join(sorted(SESSION_FUNCTIONS, key=len, reverse=True))
+SESSION_CALL = re.compile(r'(?<![\w$])"?(' + "|".join(sorted(SESSION_FUNCTIONS, key=len, reverse=True))
                            + r')"?\s*\(', re.I)
 
 
@@ -293,7 +295,7 @@ def check_read_only(sql: str, where: str) -> None:
     if word not in READ_WORDS:
         raise HarnessError(f"{where}: {word.upper()} is not a read; only {', '.join(w.upper() for w in READ_WORDS)} "
                            "statements run (allow_writes enables only the scratch-table write check)")
-    call = _SESSION_CALL.search(body)
+    call = SESSION_CALL.search(body)
     if call is not None:
         name = call.group(1).lower()
         raise HarnessError(f"{where}: calls {name}(), which {SESSION_FUNCTIONS[name]}; a verify run does not "

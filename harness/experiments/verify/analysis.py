@@ -83,6 +83,22 @@ def _workload(run: Run, experiment: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+def guard_lines(run: Run) -> list[str]:
+    """The report's first lines on PostgreSQL: the role verify used and what it may write, then the
+    functions the walk could not read or was told to trust, as `verify_postgres`'s first repeat
+    recorded them (`harness.experiments.verify.postgres.guarded_preflight`); none for MongoDB."""
+    if "verify_postgres" not in run.experiments:
+        return []
+    notes = run.result("verify_postgres", 0).get("notes", {})
+    out = list(notes.get("role", {}).get("lines", []))
+    reach = notes.get("reach", {})
+    if reach.get("not_checked"):
+        out.append(f"not checked (a body the walk cannot read): {', '.join(reach['not_checked'])}")
+    if reach.get("trusted"):
+        out.append(f"trusted, not walked (--trust-function): {', '.join(reach['trusted'])}")
+    return out
+
+
 def interval(values: Sequence[float]) -> dict[str, Any]:
     s = stats.summarise(list(values), confidence=CONFIDENCE)
     return {"estimate": s["estimate"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}

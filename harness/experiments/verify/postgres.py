@@ -44,6 +44,7 @@ from ...core.measure import error_text, find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, variant_id, window_columns
 from ..postgres.workload import MODELS, READ_ONLY_SESSION, SEED_MODELS, VariantSpec, run_in_child
 from ..postgres.workload import tables as pg_tables
+from . import reach, rights
 
 EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"
 CHILD_OVERHEAD_S = 60.0
@@ -61,6 +62,9 @@ class VerifyPostgresParams(Params):
     calibration_requests: int = 20
     rows: int = 100_000                    # the local `acct` table (target = "local" only)
     timeout_s: float = 900.0
+    trusted_functions: tuple[str, ...] = ()   # functions whose bodies are not walked (--trust-function)
+    writable_role_ok: bool = False         # run as a role that can write, off the study's own cluster
+    idle_target: bool = False              # the user says nothing else writes: watch the row counters
 
     def __post_init__(self) -> None:
         if not self.workload:               # the manifest holds the body actually run
@@ -123,6 +127,47 @@ def statements(request: list[str]) -> tuple[dict[str, Any], ...]:
         asyncpg_sql, names = workload_file.to_asyncpg(sql_text)
         out.append({"psycopg": workload_file.to_psycopg(sql_text), "asyncpg": asyncpg_sql, "names": names})
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """What the guards found before the load: the note the run keeps, and the row counters to
+    compare against after each variant (None when they are not watched)."""
+    note: dict[str, Any]
+    rows_before: dict[str, tuple[int, int, int]] | None
+
+    def check_rows(self, dsn: str, when: str) -> None:
+        if self.rows_before is not None:
+            with _catalog_connection(dsn) as conn:
+                rights.compare(self.rows_before, rights.row_changes(conn), when)
+
+
+def _catalog_connection(dsn: str) -> Any:
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, connect_timeout=10, autocommit=True, options=READ_ONLY_SESSION)
+    except psycopg.Error as e:
+        raise HarnessError(f"target: could not connect to read the catalog: {error_text(e, 200)}") from None
+
+
+def guarded_preflight(dsn: str, target: str, body: dict[str, Any], gens: dict[str, Any], p: VerifyPostgresParams,
+                      *, own: bool = False) -> Guarded:
+    """The guards in order, each a one-line HarnessError: the role's rights (a role that can write
+    is refused off the study's own cluster), the walk of what each statement reaches, then the
+    pre-flight, with the row counters read before and after it where they are watched."""
+    request = body["postgres"]["request"]
+    with _catalog_connection(dsn) as conn:
+        role = rights.read(conn, target, own=own)
+        rights.check(role, p.writable_role_ok)
+        found = reach.check(conn, request, p.trusted_functions)
+        watched = (role.study_cluster or p.idle_target) and role.counts_rows
+        before = rights.row_changes(conn) if watched else None
+    preflight(dsn, request, gens, p.models, int(body.get("seed", 1)))
+    guarded = Guarded({"role": role.as_note(), "reach": found.as_note(),
+                       "rows_watched": watched if role.counts_rows else "no: track_counts is off"}, before)
+    guarded.check_rows(dsn, "during the pre-flight")
+    return guarded
 
 
 def preflight(dsn: str, request: list[str], gens: dict[str, Any], models: tuple[str, ...], seed: int) -> None:
@@ -220,7 +265,10 @@ class VerifyPostgres(Experiment):
         ctx.note("cpu_count", os.cpu_count())
         gens = generators(dsn, body["postgres"].get("params", {}), int(body.get("seed", 1)))
         ctx.note("generators", {n: ({"choice_of": len(g["choice"])} if "choice" in g else g) for n, g in gens.items()})
-        preflight(dsn, body["postgres"]["request"], gens, p.models, int(body.get("seed", 1)))
+        own = ctx.servers.postgres is not None and ctx.servers.postgres.source != "env"
+        guarded = guarded_preflight(dsn, dsn, body, gens, p, own=own)
+        for key, value in guarded.note.items():
+            ctx.note(key, value)
         program = statements(body["postgres"]["request"])
         limit = float(body.get("load", {}).get("max_error_rate", 0.05))
         for pool, model in ctx.order([(pool, m) for pool in p.pools for m in p.models]):
@@ -238,6 +286,7 @@ class VerifyPostgres(Experiment):
             failed = failed[~failed["ok"].astype(bool)]
             workload_file.check_error_rate(spec.variant, int(w["ops"]), int(w["errors"]), limit,
                                            next(iter(failed["error"]), ""))
+            guarded.check_rows(dsn, f"while {spec.variant} ran")
 
 
 EXPERIMENT = VerifyPostgres()
