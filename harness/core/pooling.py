@@ -25,10 +25,15 @@ and `notes` says so).
   one (with PM and tau^2 > 0 the two are equal);
 - its interval: mu -/+ t_{k-1, (1+level)/2} se(mu) (90% by default: the level of every judged row);
 - heterogeneity: Cochran's Q (fixed-effect weights), I^2 = max(0, (Q - (k-1)) / Q), tau^2;
-- prediction interval for one new run (Higgins, Thompson & Spiegelhalter 2009, J. R. Stat. Soc. A
-  172:137): mu -/+ t_{k-2, (1+level)/2} sqrt(tau^2 + se(mu)^2). It needs k >= 3 (k - 2 degrees of
-  freedom): with k = 2 none is given and `pi_reason` says why; with k = 1 the run is returned as
-  that run, not pooled (`pooled` False, no tau^2, I^2 or prediction interval).
+- prediction interval for one new run's own estimate (Higgins, Thompson & Spiegelhalter 2009, J. R.
+  Stat. Soc. A 172:137, with the run's own levels added): mu -/+ t_{k-2, (1+level)/2}
+  sqrt(tau^2 + sigma^2_run + se_new^2 + se(mu)^2): the spread between boots, between runs of a boot
+  (below), the new run's own sampling variance (its repeats' noise: a typical run's, the median
+  se_j^2 of the runs pooled, unless the caller knows the run's own) and the pooled estimate's
+  uncertainty. It needs k >= 3 (k - 2 degrees of freedom): with k = 2 none is given and `pi_reason`
+  says why; with k = 1 the run is returned as that run, not pooled (`pooled` False, no tau^2, I^2 or
+  prediction interval). `leave_one_out` checks the range on the committed runs: each run against
+  the range the others give, with its own se_new.
 Everything is computed on the log scale and kept (`log_*`); the ratio scale (exp) is for display.
 
 What a run contributes (`lesson_inputs`). A judged row's interval is the Student t-interval on the
@@ -204,8 +209,8 @@ def pool(estimates: Sequence[float], std_errors: Sequence[float], labels: Sequen
     prediction interval for one new run. `method`: "pm" (Paule-Mandel) or "dl" (DerSimonian-Laird).
     `dfs` (optional, one per run: n - 1) only serves k = 1, to give that run's own t-interval.
     `new_run_var`: what one new run adds to the spread of a new boot's estimate (the between-run
-    variance within a boot, `within_boot_variance`; 0 when each estimate is one run's): the
-    prediction interval is for one run, not for a boot's mean of several.
+    variance within a boot, `within_boot_variance`, plus the run's own sampling variance): the
+    prediction interval is for one run's own estimate, not for a boot's mean of several.
     ValueError for mismatched lengths, no run, a non-finite figure or a standard error <= 0."""
     y = np.asarray(estimates, dtype=float)
     se = np.asarray(std_errors, dtype=float)
@@ -640,21 +645,24 @@ def unpooled(row: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 
 
 COLUMNS = ("claim_id", "comparison", "k", "n_runs", "runs", "estimate", "ci_low", "ci_high", "ci_level", "pi_low",
-           "pi_high", "pi_reason", "tau2", "i2", "q", "sigma2_run", "run_df", "log_estimate", "log_se",
+           "pi_high", "pi_reason", "new_run_se", "tau2", "i2", "q", "sigma2_run", "run_df", "log_estimate", "log_se",
            "log_ci_low", "log_ci_high", "log_pi_low", "log_pi_high", "method", "pooled", "verdict", "agree",
            "agree_text", "verdicts", "disagreement", "per_run", "key", "dropped_same_boot", "dropped_other_key",
            "dropped_no_boot", "not_poolable", "notes")
 
 
 def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: Iterable[str], *,
-                   method: str = "pm", match: str = "version", level: float = LEVEL) -> pd.DataFrame:
+                   method: str = "pm", match: str = "version", level: float = LEVEL,
+                   new_run_se: float | None = None) -> pd.DataFrame:
     """One row per claim id (in the order given): the runs chosen (the module docstring), `pool`
     over them, the pooled verdict and how many runs agree. `summaries`: RunRecords (`read_run`,
     `committed_runs`) or (run_id, boot_id, summary[, versions[, profile]]) tuples.
 
     Columns (`COLUMNS`): claim_id, comparison, k (boots), n_runs, runs (run ids pooled, oldest first),
     estimate, ci_low, ci_high, ci_level (ratio scale; for k = 1 the run's own interval and level),
-    pi_low, pi_high (None unless k >= 3), pi_reason, tau2 (between boots), i2, q (over the boots' estimates),
+    pi_low, pi_high (None unless k >= 3: the range of one new run's own estimate), pi_reason, new_run_se
+    (the new run's own standard error that range assumes: `new_run_se` if given, else the median of the
+    pooled runs'), tau2 (between boots), i2, q (over the boots' estimates),
     sigma2_run and run_df (between runs of one boot: `within_boot_variance`; None for k = 1), the
     log-scale twins of the figures, method, pooled,
     verdict (k >= 3: `pooled_verdict`; k = 2: `TOO_FEW_BOOTS`; k = 1: the run's own), agree (runs whose
@@ -672,8 +680,35 @@ def pooled_lessons(summaries: Iterable[RunRecord | Sequence[Any]], claim_ids: It
     runs = sorted((_as_record(x) for x in summaries), key=lambda r: r.run_id)
     out = []
     for claim_id in claim_ids:
-        out.append(_one_lesson(runs, claim_id, method, match, level))
+        out.append(_one_lesson(runs, claim_id, method, match, level, new_run_se))
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def leave_one_out(summaries: Iterable[RunRecord | Sequence[Any]], claim_id: str, *, method: str = "pm",
+                  match: str = "version", level: float = LEVEL, own_noise: bool = True) -> dict[str, Any]:
+    """The new-run range checked on the runs themselves: each run the lesson pools, left out in turn,
+    against the prediction interval the others give with that run's own standard error as se_new
+    (`own_noise` False: with none, the range before issue 65, which left a run's own noise out).
+    {"claim_id", "runs" (pooled), "checked" (runs the others gave a range for: it needs 3 boots),
+    "inside", "coverage" (inside / checked, None if none checked), "outside" (short ids),
+    "median_width" (the ranges' median high / low, ratio scale)}."""
+    runs = sorted((_as_record(x) for x in summaries), key=lambda r: r.run_id)
+    full = _one_lesson(runs, claim_id, method, match, level)
+    inside, outside, widths = 0, [], []
+    for left in full["per_run"]:
+        rest = [r for r in runs if r.run_id != left["run_id"]]
+        rec = _one_lesson(rest, claim_id, method, match, level, left["std_error"] if own_noise else 0.0)
+        if rec["log_pi_low"] is None or tuple(rec["key"] or ()) != tuple(full["key"] or ()):
+            continue
+        widths.append(math.exp(rec["log_pi_high"] - rec["log_pi_low"]))
+        if rec["log_pi_low"] <= left["log_estimate"] <= rec["log_pi_high"]:
+            inside += 1
+        else:
+            outside.append(short_id(left["run_id"]))
+    checked = len(widths)
+    return {"claim_id": claim_id, "runs": len(full["per_run"]), "checked": checked, "inside": inside,
+            "coverage": inside / checked if checked else None, "outside": outside,
+            "median_width": float(np.median(widths)) if widths else None}
 
 
 def no_interval_reason(runs: Sequence[tuple[str | None, Any]]) -> str:
@@ -688,7 +723,8 @@ def no_interval_reason(runs: Sequence[tuple[str | None, Any]]) -> str:
             f"({boots} boot{'s' if boots != 1 else ''})")
 
 
-def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, level: float) -> dict[str, Any]:
+def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, level: float,
+                new_run_se: float | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = {c: None for c in COLUMNS}
     rec.update(claim_id=claim_id, k=0, n_runs=0, runs=(), pooled=False, verdicts={}, per_run=[],
                dropped_same_boot=0, dropped_other_key=0, dropped_no_boot=0, not_poolable={}, notes=(),
@@ -743,9 +779,12 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
         pairs = [[(u[2].log_estimate, u[2].std_error) for u in b] for b in boots]
         sigma2_run, run_df = within_boot_variance(pairs)
         means = [boot_mean(runs_of_boot, sigma2_run) for runs_of_boot in pairs]
+        if new_run_se is None:      # a typical run's own sampling noise
+            new_run_se = math.sqrt(float(np.median([u[2].std_error ** 2 for u in same])))
+        rec["new_run_se"] = new_run_se
         result = pool([m[0] for m in means], [m[1] for m in means],
                       ["+".join(short_id(u[0].run_id) for u in b) for b in boots], method=method, level=level,
-                      new_run_var=sigma2_run)
+                      new_run_var=sigma2_run + new_run_se ** 2)
     chosen = sorted((u for b in boots for u in b), key=lambda u: u[0].run_id)
     ids = [u[0].run_id for u in chosen]
     if not result.pooled:
