@@ -375,6 +375,24 @@ def power_cmd(write_doc, processor) -> None:
     click.echo(power.power_text(power.power_table(processor=processor)))
 
 
+@cli.command("docs")
+@click.option("--write", "write_docs", is_flag=True, help="Rewrite the blocks instead of checking them.")
+def docs_cmd(write_docs) -> None:
+    """Check the generated blocks of README.md and docs/RESULTS.md against the committed runs (exit 1
+    naming each block that differs), or rewrite them with --write."""
+    from . import generated
+
+    stale = generated.check_or_write(write_docs)
+    if write_docs:
+        click.echo("written: README.md and docs/RESULTS.md's generated blocks")
+        return
+    for line in stale:
+        click.echo(f"differs: {line} (`harness docs --write` regenerates it)", err=True)
+    if stale:
+        sys.exit(1)
+    click.echo("every generated block matches the committed runs")
+
+
 @cli.command("summarise")
 @click.argument("run_ref", metavar="RUN")
 @_data_dir

@@ -1,30 +1,24 @@
-"""The findings: one row per seed lesson, rendered from a run's `summary.json` (issue 23).
+"""The lessons: one per seed lesson, and what a run's `summary.json` says of each.
 
 A *lesson* is what a seed tells someone writing such code: each "Verify:" line of seeds 001 and
 002, and seed 000's sync-vs-async and mixed-driver lessons. `LESSONS` is that list as data: the
 seed's own words (the Verify lines from `harness.core.seed_lines`, which verify's checks quote too), the
 seed's figure, the claims ledger rows the lesson rests on (the first is the one whose figure and
-verdict the table shows; the others are counted beside it), and one sentence per verdict class
-(holds / fails / open, `harness.core.verdicts`) on what the outcome means for someone writing such code.
-Each sentence is written for its class, so it stays true whatever figures a run gives within that
-class.
+verdict stand for the lesson; the others are counted beside it), a short name, one instruction per
+verdict class (holds / fails / open, `harness.core.verdicts`) for the answer's table
+(`harness.answer`), and one sentence per class on what the outcome means. Each text is written for
+its class, so it stays true whatever figures a run gives within that class.
 
-The README's findings table is generated, never typed:
-
-    python -m harness.findings --write-readme   # replace the block between the README's markers
-    python -m harness.findings --check          # exit 1 when the README's block differs
-
-Both read the reference run's summary (`data/reference/<id>/summary.json`, the one reference run)
-unless `--summary PATH` names another. Summaries are read through `store.upgrade_summary`, so a
-version-1 summary renders as a version-2 one would.
+`lesson_rows` reads one run's summary (through `store.upgrade_summary`, so a version-1 summary reads
+as a version-2 one would); `committed_pooled` and `committed_by_processor` pool each lesson over the
+committed runs (`harness.core.pooling`). The README's and RESULTS' tables are generated from them
+(`harness.generated`, `harness docs`), never typed.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,10 +39,7 @@ from .core.verdicts import (  # noqa: F401 -- verdict_class re-exported
 )
 from .experiments.analysis import metric_name
 
-README = REPO_ROOT / "README.md"
-START = "<!-- findings:start -->"
-END = "<!-- findings:end -->"
-
+DO_MAX = 110   # characters of a lesson's instruction: its answer-table cell stays under 160
 # what a lesson whose direction holds but whose size departs says before its advice
 SIZE_DEPARTS = "The direction holds, but the size here lies outside the seed's band (the figure says by how much). "
 
@@ -66,6 +57,8 @@ class Lesson:
     means: Mapping[str, str]       # verdict class (holds / fails / open) -> one sentence
     figure: str = ""               # the report's small figure for this lesson, if any
     sides: tuple[str, ...] = ()    # the options claims[0] compares, a then b: shown with their medians
+    name: str = ""                 # a short name for the answer's table (README, report)
+    do: Mapping[str, str] | None = None   # verdict class -> one instruction, at most DO_MAX characters
 
 
 LESSONS: tuple[Lesson, ...] = (
@@ -83,7 +76,12 @@ LESSONS: tuple[Lesson, ...] = (
                "open": "This run cannot say whether async out-serves a one-thread sync app: do not rest a "
                        "rewrite on the seed's figure alone."},
         figure="findings_fastapi_staircase",
-        sides=("async", "sync, 1 thread")),
+        sides=("async", "sync, 1 thread"),
+        name="Async endpoints under load",
+        do={"holds": "Serve I/O-bound endpoints with `async def` and the async driver; size sync endpoints' "
+                     "thread pools.",
+            "fails": "Measure your own endpoint before rewriting it as async for throughput.",
+            "open": "Measure your own endpoint before rewriting it as async for throughput."}),
     Lesson(
         id="000-mixed", seed="000",
         words=LINES["000-mixed"],
@@ -96,7 +94,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "blocks the loop on every call: use `def` or the async driver.",
                "open": "This run cannot rank the two; a sync driver in `async def` still blocks the loop on "
                        "every call, so use `def` or the async driver."},
-        sides=("sync driver in `async def`", "sync, 40 threads")),
+        sides=("sync driver in `async def`", "sync, 40 threads"),
+        name="Sync driver inside `async def`",
+        do={"holds": "Never call sync PyMongo inside `async def`: use a `def` endpoint or the async driver.",
+            "fails": "Still avoid sync PyMongo inside `async def`: it blocks the loop on every call.",
+            "open": "Avoid sync PyMongo inside `async def`: it blocks the loop on every call."}),
     Lesson(
         id="001-client", seed="001",
         words=LINES["001-client"],
@@ -109,7 +111,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "process is still what the driver is built for.",
                "open": "The cost of a client per request could not be settled in this run; share one client "
                        "per process regardless."},
-        sides=("client per request", "shared client")),
+        sides=("client per request", "shared client"),
+        name="A client per request",
+        do={"holds": "Create one AsyncMongoClient per process, in the app's lifespan, and share it.",
+            "fails": "Share one AsyncMongoClient per process all the same: it is what the driver is built for.",
+            "open": "Share one AsyncMongoClient per process."}),
     Lesson(
         id="001-bulk", seed="001",
         words=LINES["001-bulk"],
@@ -122,7 +128,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "server before relying on it.",
                "open": "This run cannot size the gain of insert_many; choose `ordered` by what should happen "
                        "after the first error either way."},
-        sides=("insert_one", "insert_many")),
+        sides=("insert_one", "insert_many"),
+        name="Bulk writes",
+        do={"holds": "Load with insert_many or bulk_write; choose `ordered` by what should follow the first error.",
+            "fails": "Measure bulk loads on your own server before relying on insert_many.",
+            "open": "Prefer insert_many; choose `ordered` by what should follow the first error."}),
     Lesson(
         id="001-cursor", seed="001",
         words=LINES["001-cursor"],
@@ -135,7 +145,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "measuring stalls on your own documents.",
                "open": "This run cannot say whether batch_size=1000 keeps stalls under 10 ms: measure the "
                        "stalls of your own cursors with a probe."},
-        figure="findings_mongo_cursor_stalls"),
+        figure="findings_mongo_cursor_stalls",
+        name="Large cursors",
+        do={"holds": "Set batch_size on large cursors and watch event-loop stalls with a probe.",
+            "fails": "Choose batch_size by measuring loop stalls on your own documents: 1000 was not enough here.",
+            "open": "Measure loop stalls of your own large cursors with a probe; set batch_size from that."}),
     Lesson(
         id="001-pool", seed="001",
         words=LINES["001-pool"],
@@ -150,7 +164,12 @@ LESSONS: tuple[Lesson, ...] = (
                "open": "This run cannot say whether the semaphore helps: count completions per task under "
                        "your own load, and compare the maximum with the p99."},
         figure="findings_mongo_pool_starvation",
-        sides=("bare pool", "FIFO semaphore")),
+        sides=("bare pool", "FIFO semaphore"),
+        name="More tasks than connections",
+        do={"holds": "Put a FIFO asyncio.Semaphore(maxPoolSize) in front of the client when tasks outnumber "
+                     "connections.",
+            "fails": "Count completions per task under your load before adding a semaphore.",
+            "open": "Count completions per task under your load; compare the maximum latency with the p99."}),
     Lesson(
         id="001-models", seed="001",
         words=LINES["001-models"],
@@ -163,7 +182,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "measure on your real query mix before migrating, as the seed says.",
                "open": "This run cannot rank async against threads on CPU per query: measure on your real "
                        "query mix before migrating."},
-        sides=("async client", "32 threads")),
+        sides=("async client", "32 threads"),
+        name="Async client's CPU (MongoDB)",
+        do={"holds": "Measure CPU per query and the tail on your real query mix before migrating.",
+            "fails": "Do not assume the async client saves CPU: measure CPU per query on your mix before migrating.",
+            "open": "Measure CPU per query on your real query mix before migrating."}),
     Lesson(
         id="002-cpu", seed="002",
         words=LINES["002-cpu"],
@@ -177,7 +200,12 @@ LESSONS: tuple[Lesson, ...] = (
                         "still what tells a pool-bound service from a client-bound one.",
                "open": "This run cannot rank the models' CPU at the same throughput; record client CPU "
                        "beside throughput all the same."},
-        sides=("threads + psycopg", "uvloop + asyncpg")),
+        sides=("threads + psycopg", "uvloop + asyncpg"),
+        name="Record client CPU",
+        do={"holds": "Record client CPU beside throughput: it alone tells a pool-bound service from a "
+                     "client-bound one.",
+            "fails": "Record client CPU beside throughput all the same.",
+            "open": "Record client CPU beside throughput."}),
     Lesson(
         id="002-pool", seed="002",
         words=LINES["002-pool"],
@@ -192,7 +220,11 @@ LESSONS: tuple[Lesson, ...] = (
                "open": "This run cannot say whether every model reaches the pool's bound: compare your "
                        "throughput with pool size / database time before choosing a model."},
         figure="findings_pg_pool_bound",
-        sides=("slowest model", "fastest model")),
+        sides=("slowest model", "fastest model"),
+        name="A pool-bound service",
+        do={"holds": "If throughput ≈ pool size / query time, grow the pool or speed up queries; no model will help.",
+            "fails": "Find the limiting resource before choosing a model: not every model reached the pool's bound.",
+            "open": "Compare your throughput with pool size / query time before choosing a model."}),
     Lesson(
         id="002-client", seed="002",
         words=LINES["002-client"],
@@ -207,7 +239,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "check client CPU and the pool before resizing either.",
                "open": "This run cannot say whether more connections help a CPU-bound client: look at client "
                        "CPU before resizing the pool."},
-        sides=("pool 50", "pool 20")),
+        sides=("pool 50", "pool 20"),
+        name="CPU-bound client, more connections",
+        do={"holds": "When the client is at its CPU limit, cut CPU per request instead of adding connections.",
+            "fails": "Check client CPU and the pool before resizing either.",
+            "open": "Look at client CPU before resizing the pool."}),
     Lesson(
         id="002-tail", seed="002",
         words=LINES["002-tail"],
@@ -220,7 +256,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "and concurrency you will run.",
                "open": "This run cannot rank the drivers' tails: measure the p99 of the pool and concurrency "
                        "you will run."},
-        sides=("asyncpg", "psycopg async")),
+        sides=("asyncpg", "psycopg async"),
+        name="Tail latency by driver",
+        do={"holds": "Compare drivers on p99 as well as throughput: similar throughput, severalfold tails.",
+            "fails": "Measure p99 at the pool and concurrency you will run.",
+            "open": "Measure p99 at the pool and concurrency you will run."}),
     Lesson(
         id="002-decide", seed="002",
         words=LINES["002-limit"],
@@ -235,7 +275,11 @@ LESSONS: tuple[Lesson, ...] = (
                         "service will have, before choosing one.",
                "open": "This run cannot rank the models with a larger pool: name the resource that limited "
                        "your benchmark, and test at the pool size you will run."},
-        sides=("asyncio + psycopg", "threads + psycopg")),
+        sides=("asyncio + psycopg", "threads + psycopg"),
+        name="Which model, when the client limits",
+        do={"holds": "Name what limits your benchmark, and test at the pool size you will run.",
+            "fails": "Name what limits your benchmark; test models on your service's cores: asyncio was slower here.",
+            "open": "Name what limits your benchmark, and test at the pool size you will run."}),
 )
 
 FIGURED = {lesson.figure: lesson.id for lesson in LESSONS if lesson.figure}
@@ -337,7 +381,7 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
         verdict = str(head.get("verdict") or NOT_MEASURED) if head else NOT_MEASURED
         counts = Counter(str(by_id[c].get("verdict") or NOT_MEASURED) if c in by_id else NOT_MEASURED
                          for c in lesson.claims)
-        at_verdict = _verdict_interval(summary, lesson.claims[0]) if head else None
+        at_verdict = verdict_interval(summary, lesson.claims[0]) if head else None
         out.append({
             "lesson": lesson.id, "seed": lesson.seed, "words": lesson.words,
             "seed_figure": lesson.seed_figure, "measure": lesson.measure, "claim": lesson.claims[0],
@@ -357,22 +401,11 @@ def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS)
     return out
 
 
-def _verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, float, float] | None:
+def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, float, float] | None:
     try:
         return pooling.verdict_interval(summary, claim_id)
     except pooling.NotPoolable:   # the row appears once per interpreter: no single interval to widen
         return None
-
-
-def _rows_text(counts: Mapping[str, int], n: int) -> str:
-    if n <= 1:
-        return ""
-    parts = [f"{counts[v]} {v}" for v in ORDER if counts.get(v)]
-    return f"; its {n} ledger rows: " + ", ".join(parts)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def pooled_text(p: Mapping[str, Any] | None) -> str:
@@ -387,14 +420,15 @@ def pooled_text(p: Mapping[str, Any] | None) -> str:
 
 def _estimate_text(p: Mapping[str, Any]) -> str:
     if not p.get("pooled"):
-        return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 boots"
+        return f"1 run ({pooling.short_id(p['runs'][-1])}): its own interval; pooling needs runs from 2 machines"
     text = f"{_pooled_figure(p)} over {pooling.over(p['k'], p.get('n_runs'))}"
     if p.get("verdict") == TOO_FEW_BOOTS:
-        return f"{text}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT}; {p['agree_text']}"
+        return (f"{text}; a new run's range and a verdict across machines need {pooling.MIN_FOR_VERDICT}; "
+                f"{p['agree_text']}")
     if p.get("pi_low") is not None:
         text += f"; a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction)"
     else:
-        text += f"; no prediction interval ({p.get('pi_reason') or 'it needs 3 boots'})"
+        text += f"; no prediction interval ({p.get('pi_reason') or 'it needs 3 machines'})"
     return f"{text}; **{p['verdict']}**, {p['agree_text']}"
 
 
@@ -443,191 +477,14 @@ def compact_pooled_text(p: Mapping[str, Any] | None) -> str:
     n_runs = int(p.get("n_runs") or 0)
     figure = _pooled_figure(p)
     if not p.get("pooled"):
-        text = f"{figure} (one boot's newest run); no pooled figure"
+        text = f"{figure} (one machine's newest run); no pooled figure"
     elif p.get("verdict") == TOO_FEW_BOOTS:
-        text = f"{figure}, 2 boots ({n_runs} runs); a verdict needs {pooling.MIN_FOR_VERDICT} boots"
+        text = f"{figure}, 2 machines ({n_runs} runs); a verdict needs {pooling.MIN_FOR_VERDICT} machines"
     else:
-        text = f"{figure}, {p['k']} boots ({n_runs} runs): **{p['verdict']}**, {int(p['agree'])} of {n_runs} agree"
+        text = f"{figure}, {p['k']} machines ({n_runs} runs): **{p['verdict']}**, {int(p['agree'])} of {n_runs} agree"
     missing = len(pooling.unpooled(p))
     return text + (f"; {missing} more without an interval" if missing else "")
 
 
-def by_processor_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]],
-                       lessons: Sequence[Lesson] = LESSONS) -> str:
-    """`committed_by_processor`'s rows as a markdown table: one row per lesson, one column per group."""
-    lines = ["| lesson | " + " | ".join(groups) + " |", "|" + "---|" * (len(groups) + 1)]
-    for lesson in lessons:
-        cells = [compact_pooled_text(group.get(lesson.claims[0])) for group in groups.values()]
-        lines.append("| " + " | ".join(_cell(x) for x in [lesson.id, *cells]) + " |")
-    return "\n".join(lines)
-
-
-BY_PROCESSOR_NOTE = (
-    "Each lesson pooled by rules, over every processor and over each kind "
-    "(`harness history --lessons --pool-by rules [--processor NAME]`): every committed `full` run judged "
-    "by the newest run's verdict rules, whatever its code version. A looser pool than the column above (two "
-    "versions of an experiment may not measure the same thing), shown because a lesson's size can follow "
-    "the processor: where the kinds' verdicts differ, a run answers the lesson for its own kind of machine. "
-    "Pooled [90% interval], boots (runs), and at 3 boots or more the verdict across boots with the runs "
-    "that say the same."
-)
-
-
-def render_table(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
-                 pooled: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """The findings as one markdown table (no trailing newline); with `pooled` (`committed_pooled`),
-    a column of each lesson pooled across boots."""
-    head = ["seed", "the seed's lesson, in its words", "the seed's figure",
-            "this run: estimate [interval] (level, n), the options side by side, server", "verdict"]
-    if pooled is not None:
-        head.append("across boots: pooled [interval], a new run's range, runs that agree")
-    head.append("what it means for your code")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in lesson_rows(summary, lessons):
-        study = (f"{r['figure']}: {r['measure']}" + (f"; {r['sides']}" if r["sides"] else "")
-                 + (f" — {r['server']}" if r["server"] else ""))
-        verdict = f"**{r['verdict']}**" + _rows_text(r["rows"], r["n_rows"])
-        cells = [r["seed"], r["words"], r["seed_figure"], study, verdict]
-        if pooled is not None:
-            cells.append(pooled_text(pooled.get(r["claim"])))
-        cells.append(r["means"])
-        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
-    return "\n".join(lines)
-
-
-TERMS = (
-    "Terms. *Ledger row*: one seed claim as `harness/core/claims_ledger.csv` states it before any run (the "
-    "lesson's verdict is its first row's; the count beside it covers all its rows). *Band*: the range of "
-    "sizes that reproduces the seed's figure, [seed / f, seed × f] with f = min(2, √max(seed, 1/seed)), or an "
-    "equivalence margin for a seed figure near 1. *Direction*: which way the seed says the effect goes; "
-    "*size not reproduced* means it goes that way but lies outside the band. *Premise*: the regime a row "
-    "needs (e.g. no model CPU-bound), measured in each repeat; *premise not met* means the run never "
-    "reached it. *n*: repeats used (of those run). The first interval is the 90% interval over repeats that "
-    "the band is held against; the second (\"at the verdict's\" level, one per row) is the same interval at "
-    "the level at which Holm's adjustment decided that row: a verdict is decisive only when that interval clears "
-    "the null (or, for an equivalence row, lies inside its margin). "
-    "*Across boots*: the committed runs of the same experiment versions, pooled by a random-effects "
-    "meta-analysis in which the runs of one boot make one estimate (METHODS); the prediction interval is "
-    "where a new run on a machine of this kind should land."
-)
-
 PG_MODELS = (("threads_psycopg", "threads + psycopg"), ("asyncio_psycopg", "asyncio + psycopg"),
              ("asyncio_asyncpg", "asyncio + asyncpg"), ("uvloop_asyncpg", "uvloop + asyncpg"))
-PG_FIGURES = (("rps", "throughput (req/s)"), ("cpu_us_per_req", "client CPU per request (µs)"),
-              ("p99_ms", "p99 (ms)"))
-
-
-def models_table(summary: Mapping[str, Any], variant: str = "fast.pool20") -> str:
-    """Seed 002's four client models side by side in one regime (fast queries, pool 20 by default):
-    throughput, client CPU per request and p99, each the geometric mean over repeats with its 95%
-    interval (shown, not judged: the figures an engineer choosing a model weighs). Empty when the run
-    has none of them."""
-    got: dict[tuple[str, str], Mapping[str, Any]] = {}
-    for m in summary.get("metrics", []) or []:
-        if isinstance(m, Mapping) and m.get("experiment") == "pg_models":
-            got[(str(m.get("variant")), str(m.get("metric")))] = m
-    rows = []
-    for model, label in PG_MODELS:
-        cells = []
-        for metric, _ in PG_FIGURES:
-            m = got.get((f"{variant}.{model}", metric))
-            est = num.finite(m.get("estimate")) if m else None
-            if est is None:
-                cells.append("—")
-                continue
-            lo, hi = num.finite(m.get("ci_low")), num.finite(m.get("ci_high"))
-            cells.append(f"{num.sig3(est)}" + (f" [{num.sig3(lo)}, {num.sig3(hi)}]" if lo is not None and hi is not None
-                                                 else "") + f" (n={m.get('n_repeats')})")
-        if any(c != "—" for c in cells):
-            rows.append("| " + " | ".join([label, *cells]) + " |")
-    if not rows:
-        return ""
-    head = "| model | " + " | ".join(label for _, label in PG_FIGURES) + " |"
-    return "\n".join([head, "|" + "---|" * (len(PG_FIGURES) + 1), *rows])
-
-
-def render_block(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS,
-                 pooled: Mapping[str, Mapping[str, Any]] | None = None,
-                 by_processor: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> str:
-    """What goes between the README's markers: a line naming the run, the table, its terms, with
-    `by_processor` (`committed_by_processor`) the lessons pooled by rules per processor, and seed
-    002's four models side by side."""
-    run_id = summary.get("run_id") or "unknown run"
-    method = (summary.get("multiple_comparisons") or {}).get("method")
-    version = summary.get("upgraded_from") or summary.get("summary_version", "?")
-    note = (f"Generated by `python -m harness.findings --write-readme` from run `{run_id}`'s `summary.json` "
-            f"(summary version {version})" + (" and the committed runs' summaries" if pooled is not None else "")
-            + ". Each verdict is its lesson's first ledger row's"
-            + ((", after Holm's correction over the lessons' rows" if method.startswith("holm (primary")
-                else f", after {method[:1].upper() + method[1:]}'s correction") if method else "")
-            + "; intervals are over repeats ([docs/METHODS.md](docs/METHODS.md)).")
-    parts = [START, note, "", render_table(summary, lessons, pooled), "", TERMS]
-    if by_processor:
-        parts += ["", BY_PROCESSOR_NOTE, "", by_processor_table(by_processor, lessons)]
-    models = models_table(summary)
-    if models:
-        parts += ["", "Seed 002's four client models side by side on this machine, fast queries, pool 20 (geometric "
-                  "means over repeats, 95% intervals; shown, not judged): the figures to weigh when choosing one.",
-                  "", models]
-    return "\n".join([*parts, END])
-
-
-# -- the README ---------------------------------------------------------------------------------
-
-def readme_block(text: str) -> str:
-    """The README's current block, markers included."""
-    i, j = text.find(START), text.find(END)
-    if i < 0 or j < i:
-        raise HarnessError(f"the README has no `{START}` ... `{END}` block")
-    return text[i:j + len(END)]
-
-
-def replace_block(text: str, block: str) -> str:
-    old = readme_block(text)
-    return text.replace(old, block, 1)
-
-
-def _source(summary_path: str | None) -> Path:
-    if summary_path:
-        return Path(summary_path)
-    ref = reference_summary()
-    if ref is None:
-        raise HarnessError("no reference run (data/reference/<id>/summary.json): pass --summary PATH")
-    return ref
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.findings", description=__doc__.splitlines()[0])
-    what = ap.add_mutually_exclusive_group()
-    what.add_argument("--write-readme", action="store_true", help="replace the README's findings block")
-    what.add_argument("--check", action="store_true", help="exit 1 when the README's block differs")
-    ap.add_argument("--summary", help="a run's summary.json (or its directory); default: the reference run's")
-    ap.add_argument("--readme", default=str(README), help="the README to read or write")
-    args = ap.parse_args(argv)
-    try:
-        summary = store.load_summary(_source(args.summary))
-        runs = pooling.committed_runs(REPO_ROOT)
-        block = render_block(summary, pooled=committed_pooled(runs=runs),
-                             by_processor=committed_by_processor(runs=runs))
-        readme = Path(args.readme)
-        if args.write_readme or args.check:
-            text = readme.read_text(encoding="utf-8")
-            if args.check:
-                if readme_block(text) != block:
-                    print(f"{readme}: the findings block differs from run {summary.get('run_id')}'s summary; "
-                          "run `python -m harness.findings --write-readme`", file=sys.stderr)
-                    return 1
-                print(f"{readme}: the findings block matches run {summary.get('run_id')}")
-                return 0
-            readme.write_text(replace_block(text, block), encoding="utf-8")
-            print(f"{readme}: findings block written from run {summary.get('run_id')}")
-            return 0
-        print(block)
-        return 0
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -234,22 +234,93 @@ def _section_header(nb_name: str, index: int, failure: Failure | None, executed:
         f"{status}")
 
 
+CAVEAT = ("The MongoDB role is FerretDB on PostgreSQL, not MongoDB; the machines are shared 2-core virtual "
+          "machines. Directions travel to your service; sizes depend on the machine and the server.")
+
+
 def _preface(run: Run, executed: list[tuple[Path, Path, Failure | None]]) -> nbformat.NotebookNode:
-    """The report's first screen: its title, the run and its servers, and a failed notebook named
-    (the lessons table, the Findings section, follows at once; the plumbing is at the end)."""
-    m = run.manifest
-    servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
+    """The report's first screen: the title, the caveat and the twelve lessons (`answer.rows`: verdict
+    badge, short name, this run against the seed, across machines), then each lesson's detail, one
+    collapsible section each; the run, its servers and the notebooks follow below."""
     failed = [nb.name for nb, _out, failure in executed if failure]
     warning = (f'<p style="color:#b00020"><b>{len(failed)} notebook(s) failed</b>: '
                f'{html.escape(", ".join(failed))} (<a href="#about-this-report">details</a>).</p>\n\n'
                if failed else "")
-    text = (
-        "# A reproducible performance study of async database access in Python\n\n"
-        f"<p>Report of run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}"
-        f"</b>, status {html.escape(str(m.get('status')))}). Servers: {servers or 'none recorded'}. "
-        'The notebooks, their parameters and how this page was built: <a href="#about-this-report">at the '
-        "end</a>.</p>\n\n" + warning)
+    text = ("# Async database access in Python: what to do, measured\n\n"
+            f"<p>{html.escape(CAVEAT)}</p>\n\n" + warning + lessons_html(run))
     return nbformat.v4.new_markdown_cell(text)
+
+
+def _lesson_inputs(run: Run) -> tuple[dict[str, Any], dict, dict]:
+    """This run's summary, and the lessons pooled over the committed runs with this one."""
+    from . import answer, summary
+    from .core import pooling, store
+
+    summ = store.upgrade_summary(summary.load(run), str(run.path))
+    runs = pooling.committed_runs()
+    if run.id not in {r.run_id for r in runs}:
+        runs.append(pooling.record(summ, run.manifest, run.id))
+    claims = [lesson.claims[0] for lesson in answer.findings.LESSONS]
+    pooled = {str(r["claim_id"]): r for r in pooling.pooled_lessons(runs, claims).to_dict("records")}
+    return summ, pooled, answer.kinds_pooled(runs)
+
+
+def _markdown_inline(text: str) -> str:
+    """`**word**` as bold and `code` as code, the rest escaped: the answer's cells are markdown."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    out = re.sub(r"\*(.+?)\*", r"<i>\1</i>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def lessons_html(run: Run) -> str:
+    """The answer table (one row per lesson) and, below it, each lesson's detail in a <details>."""
+    from . import answer
+    from .core.verdicts import colour
+
+    summ, pooled, kinds = _lesson_inputs(run)
+    rows = answer.rows(summ, pooled, kinds)
+    head = ('<table class="answer" style="font-size:13px;line-height:1.25"><thead><tr><th></th><th>lesson</th>'
+            "<th>what to do</th><th>this run (against the seed)</th><th>across machines</th></tr></thead><tbody>")
+    body = []
+    for r in rows:
+        badge = (f'<span style="background:{colour(r["here_word"])};color:white;border-radius:4px;padding:1px 5px;'
+                 f'white-space:nowrap;font-weight:bold">{html.escape(answer.short_word(r["here_word"]))}</span>')
+        body.append(f'<tr><td>{badge}</td><td><a href="#lesson-{r["id"]}">{_markdown_inline(r["lesson"])}</a></td>'
+                    f"<td>{_markdown_inline(r['do'])}</td><td>{_markdown_inline(r['here'])}</td>"
+                    f"<td>{_markdown_inline(r['across'])}</td></tr>")
+    legend = f'<p style="font-size:12px;color:#444">{_markdown_inline(answer.LEGEND)}</p>'
+    details = [_lesson_details(lesson, summ) for lesson in answer.findings.LESSONS]
+    m = run.manifest
+    servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
+    about = (f"<p>Run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}</b>, "
+             f"status {html.escape(str(m.get('status')))}). Servers: {servers or 'none recorded'}. The notebooks, "
+             'their parameters and how this page was built: <a href="#about-this-report">at the end</a>.</p>')
+    return head + "".join(body) + "</tbody></table>\n\n" + legend + "\n\n## Each lesson\n\n" + \
+        "\n".join(details) + "\n\n" + about
+
+
+def _lesson_details(lesson: Any, summ: dict[str, Any]) -> str:
+    """One lesson's ledger rows in this run, each with its verdict and figure (the interval at the
+    verdict's level beside the 90% one), in a collapsible section."""
+    from . import findings
+
+    by_id: dict[str, Any] = {}
+    for c in summ.get("claims", []):
+        by_id.setdefault(str(c.get("claim_id")), c)
+    items = []
+    for claim_id in lesson.claims:
+        c = by_id.get(claim_id)
+        if c is None:
+            continue
+        at_verdict = findings.verdict_interval(summ, claim_id)
+        items.append(f"<li><code>{html.escape(claim_id)}</code> <b>{html.escape(str(c.get('verdict')))}</b>: "
+                     f"{html.escape(findings.figure_text(c, at_verdict))}. {html.escape(str(c.get('reason') or ''))}"
+                     "</li>")
+    return (f'<details id="lesson-{lesson.id}"><summary><b>{html.escape(lesson.seed)}: {_markdown_inline(lesson.name)}'
+            f"</b> ({html.escape(lesson.id)}): {_markdown_inline(lesson.measure)}</summary>\n"
+            f"<p><i>{html.escape(lesson.words)}</i> Seed: {html.escape(lesson.seed_figure)}.</p>"
+            f"<ul>{''.join(items)}</ul></details>")
 
 
 def _appendix(run: Run, executed: list[tuple[Path, Path, Failure | None]], figures: Path,

@@ -132,6 +132,23 @@ def timing(run: Run) -> dict[str, Any]:
             "measured_fraction": measured / wall if wall else None}
 
 
+def methods(multiple_comparisons: dict[str, Any]) -> dict[str, str]:
+    """What each figure and verdict of the summary was computed by, from the constants that computed
+    them and, for the error control, the text `claims.adjust` wrote for the families it adjusted."""
+    judged = f"{claims.JUDGED_LEVEL:.0%}"
+    return {
+        "single figure": f"estimate = geometric mean over repeats, the centre of its {stats.CONFIDENCE:.0%} Student "
+                         "t-interval on the log (scipy.stats); the median beside it; CV = std (ddof=1) / mean",
+        "comparison": f"paired by repeat: one-sided t-tests at {stats.ALPHA:.0%} on each side on the log of "
+                      f"per-repeat ratios (the {judged} t-interval); a bounded share, or a ratio with a zero, on "
+                      "the count of repeats past the reference (exact sign test)",
+        "equivalence": f"TOST on the log ratio at {stats.ALPHA:.0%} ({judged} interval inside the margin)",
+        "multiple comparisons": str(multiple_comparisons.get("guarantee") or "none applied"),
+        "stability": f"unstable when CV >= {stats.UNSTABLE_CV:.0%} with n >= {stats.MIN_REPEATS_FOR_STABILITY}; "
+                     f"too few repeats to judge below {stats.MIN_REPEATS_FOR_STABILITY}",
+    }
+
+
 def build(run: Run) -> dict[str, Any]:
     frame, errors = claims.collect_frame(run)
     evaluated = claims.evaluate(run, frame=frame)
@@ -145,16 +162,7 @@ def build(run: Run) -> dict[str, Any]:
         "timing": timing(run),
         "calibration": run.manifest.get("calibration") or {},
         "ceilings": calibration.CEILING_WHY,
-        "methods": {"single figure": "estimate = geometric mean over repeats, the centre of its 95% Student "
-                                     "t-interval on the log (scipy.stats); the median beside it; "
-                                     "CV = std (ddof=1) / mean",
-                    "comparison": "paired by repeat: one-sided t-tests at 5% on each side on the log of "
-                                  "per-repeat ratios (the 90% t-interval); a bounded share, or a ratio with "
-                                  "a zero, on the count of repeats past the reference (exact sign test)",
-                    "equivalence": "TOST on the log ratio at 5% (90% interval inside the margin)",
-                    "multiple comparisons": "Holm's step-down over every one-sided test of the judged rows: "
-                                            "family-wise error <= 5% under any dependence",
-                    "stability": "unstable when CV >= 10% with n >= 5; too few repeats to judge below 5"},
+        "methods": methods(evaluated.attrs.get("multiple_comparisons", {})),
         "analysis_errors": errors,
     })
 

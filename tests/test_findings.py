@@ -1,10 +1,10 @@
-"""The findings table (harness.findings): one row per seed lesson, rendered from a summary.json, and
-the README's copy of it checked against the reference run. No server is started here."""
+"""The lessons (harness.findings): one row per seed lesson, read from a summary.json, and each lesson
+pooled over the committed runs. The tables made from them: tests/test_answer.py. No server is
+started here."""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -156,22 +156,6 @@ def test_a_lesson_the_run_did_not_measure_says_so():
     assert row["means"] == next(lx for lx in findings.LESSONS if lx.id == "000-mixed").means["open"]
 
 
-def test_the_markdown_table_has_one_row_per_lesson_and_names_the_run():
-    # a seed's words with a "|" of their own (a table row quoted from the seed) must not break the table
-    first = dataclasses.replace(findings.LESSONS[0], words="Max RPS | ~48.8 | ~113.4")
-    block = findings.render_block(store.upgrade_summary(SYNTHETIC), (first, *findings.LESSONS[1:]))
-    assert block.startswith(findings.START) and block.endswith(findings.END)
-    assert "20990101T000000Z-full-test" in block and "after Holm's correction" in block
-    lines = [x for x in block.splitlines() if x.startswith("| ")]
-    assert len(lines) == 1 + len(findings.LESSONS)            # header + one per lesson
-    assert all(len(re.findall(r"(?<!\\)\|", x)) == 7 for x in lines), "a cell broke the table"
-    sync_async = next(x for x in lines if "Max RPS" in x)
-    assert "Max RPS \\| ~48.8 \\| ~113.4" in sync_async      # the seed's own | is escaped
-    assert "**reproduced**; its 10 ledger rows: 2 reproduced, 1 not reproduced, 7 not measured in this run" \
-        in block
-    assert "MongoDB 8" not in block
-
-
 def test_the_interval_at_the_verdicts_level_clears_the_null_exactly_when_the_verdict_is_decisive():
     """A 90% interval wholly below 1 whose row Holm left `inconclusive` (adjusted p 0.16) is shown
     beside the interval at the level the adjusted test used, which reaches past 1; the same row
@@ -201,66 +185,42 @@ def test_each_lesson_shows_its_two_options_with_their_medians_and_units():
                           for m in ("asyncio_asyncpg", "asyncio_psycopg")]
     tail = {r["lesson"]: r for r in findings.lesson_rows(store.upgrade_summary(summary))}["002-tail"]
     assert tail["sides"] == "medians: asyncpg 671 ms against psycopg async 244 ms"
-    assert "; medians: asyncpg 671 ms against psycopg async 244 ms — PostgreSQL 15.18" in findings.render_table(summary)
-
-
-def test_the_four_models_side_by_side_come_from_the_runs_metrics():
-    metrics = [{"experiment": "pg_models", "variant": f"fast.pool20.{model}", "metric": metric, "estimate": est,
-                "ci_low": est * 0.9, "ci_high": est * 1.1, "n_repeats": 10}
-               for model, base in (("threads_psycopg", 866.0), ("uvloop_asyncpg", 1828.0))
-               for metric, est in (("rps", base), ("cpu_us_per_req", 1e6 / base), ("p99_ms", base / 3))]
-    table = findings.models_table({"metrics": metrics})
-    lines = table.splitlines()
-    assert lines[0] == "| model | throughput (req/s) | client CPU per request (µs) | p99 (ms) |"
-    assert lines[2] == ("| threads + psycopg | 866 [779, 953] (n=10) | 1,155 [1,039, 1,270] (n=10) "
-                        "| 289 [260, 318] (n=10) |")
-    assert lines[3].startswith("| uvloop + asyncpg | 1,828 [") and len(lines) == 4   # models not run: no row
-    assert findings.models_table({"metrics": []}) == ""
 
 
 def test_the_pooled_column_says_how_many_boots_and_never_pools_one_run():
     assert findings.pooled_text(None).startswith("— (no committed run")
     one = {"k": 1, "pooled": False, "runs": ("20990101T000000Z-full-abcd",)}
-    assert findings.pooled_text(one) == "1 run (abcd): its own interval; pooling needs runs from 2 boots"
+    assert findings.pooled_text(one) == "1 run (abcd): its own interval; pooling needs runs from 2 machines"
     # a run of the same versions whose row gave no interval (another boot, a premise not met) is named
     unmet = {**one, "not_poolable": {"20990102T000000Z-full-ef01": "no estimate (premise not met)"}}
-    assert findings.pooled_text(unmet) == ("1 run (abcd): its own interval; pooling needs runs from 2 boots; "
+    assert findings.pooled_text(unmet) == ("1 run (abcd): its own interval; pooling needs runs from 2 machines; "
                                            "ef01 not pooled: no estimate (premise not met)")
     three = {"k": 3, "pooled": True, "estimate": 2.5, "ci_low": 2.1, "ci_high": 3.0, "pi_low": 1.6, "pi_high": 3.9,
              "verdict": "reproduced", "agree_text": "3 of 3 runs agree"}
-    assert findings.pooled_text(three) == ("2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9 (90% prediction); "
+    assert findings.pooled_text(three) == ("2.5 [2.1, 3] over 3 machines; a new run: 1.6 to 3.9 (90% prediction); "
                                           "**reproduced**, 3 of 3 runs agree")
     # runs of one boot count once: the text says both counts
     assert findings.pooled_text({**three, "n_runs": 5, "agree_text": "5 of 5 runs agree"}).startswith(
-        "2.5 [2.1, 3] over 5 runs on 3 boots; a new run:")
+        "2.5 [2.1, 3] over 5 runs on 3 machines; a new run:")
     two = {**three, "k": 2, "pi_low": None, "pi_reason": "a prediction interval needs 3 runs"}
     assert "no prediction interval (a prediction interval needs 3 runs)" in findings.pooled_text(two)
     # two boots: no verdict across them (harness.core.pooling.MIN_FOR_VERDICT), each run's own said instead
     few = {**two, "verdict": verdicts.TOO_FEW_BOOTS, "agree_text": "both runs: size not reproduced"}
-    assert findings.pooled_text(few) == ("2.5 [2.1, 3] over 2 boots; a new run's range and a verdict across boots "
-                                         "need 3; both runs: size not reproduced")
-    block = findings.render_block(store.upgrade_summary(SYNTHETIC), pooled={"001-pool-13": three})
-    row = next(x for x in block.splitlines() if x.startswith("| 001 | Verify: under a load test"))
-    assert "| 2.5 [2.1, 3] over 3 boots; a new run: 1.6 to 3.9" in row
-    assert all(len(re.findall(r"(?<!\\)\|", x)) == 8 for x in block.splitlines() if x.startswith("| "))
+    assert findings.pooled_text(few) == ("2.5 [2.1, 3] over 2 machines; a new run's range and a verdict across "
+                                         "machines need 3; both runs: size not reproduced")
 
 
 def test_the_processor_table_cell_gives_a_verdict_only_from_three_boots():
     assert findings.compact_pooled_text(None) == "—" and findings.compact_pooled_text({"k": 0}) == "—"
     one = {"k": 1, "n_runs": 1, "pooled": False, "estimate": 2.0, "ci_low": 1.8, "ci_high": 2.2,
            "verdict": "reproduced"}
-    assert findings.compact_pooled_text(one) == "2 [1.8, 2.2] (one boot's newest run); no pooled figure"
+    assert findings.compact_pooled_text(one) == "2 [1.8, 2.2] (one machine's newest run); no pooled figure"
     two = {**one, "k": 2, "n_runs": 3, "pooled": True, "verdict": verdicts.TOO_FEW_BOOTS}
-    assert findings.compact_pooled_text(two) == "2 [1.8, 2.2], 2 boots (3 runs); a verdict needs 3 boots"
+    assert findings.compact_pooled_text(two) == "2 [1.8, 2.2], 2 machines (3 runs); a verdict needs 3 machines"
     four = {**two, "k": 4, "n_runs": 12, "verdict": "size not reproduced", "agree": 10.0,
             "not_poolable": {"20990102T000000Z-full-ef01": "no estimate (premise not met)"}}
-    assert findings.compact_pooled_text(four) == ("2 [1.8, 2.2], 4 boots (12 runs): **size not reproduced**, "
+    assert findings.compact_pooled_text(four) == ("2 [1.8, 2.2], 4 machines (12 runs): **size not reproduced**, "
                                                   "10 of 12 agree; 1 more without an interval")
-    table = findings.by_processor_table({"all processors": {"001-pool-13": four}, "AMD EPYC": {}})
-    lines = table.splitlines()
-    assert lines[0] == "| lesson | all processors | AMD EPYC |" and len(lines) == 2 + len(findings.LESSONS)
-    assert "| 001-pool | 2 [1.8, 2.2], 4 boots (12 runs): **size not reproduced**" in table
-    assert "| 000-sync-async | — | — |" in table
 
 
 def test_the_processor_kinds_pool_only_their_own_runs():
@@ -286,25 +246,6 @@ def test_a_version_1_summary_is_read_through_the_upgrade():
     assert row["figure"] == "×4.81 [4.33, 5.34] (95%, n=10)" and row["verdict"] == "direction only"
 
 
-def test_write_and_check_a_readme(tmp_path, capsys):
-    summary = tmp_path / "run" / "summary.json"
-    summary.parent.mkdir()
-    summary.write_text(json.dumps(SYNTHETIC))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{findings.START}\nstale block\n{findings.END}\n\nafter\n")
-    args = ["--summary", str(summary), "--readme", str(readme)]
-    assert findings.main(["--check", *args]) == 1
-    assert findings.main(["--write-readme", *args]) == 0
-    text = readme.read_text()
-    assert text.startswith("# Title\n\n") and text.endswith("\n\nafter\n") and "stale block" not in text
-    assert findings.main(["--check", *args]) == 0
-    readme.write_text(text.replace("**reproduced**", "**not reproduced**", 1))
-    assert findings.main(["--check", *args]) == 1
-    readme.write_text("no markers\n")
-    assert findings.main(["--check", *args]) == 2
-    assert "no `<!-- findings:start -->`" in capsys.readouterr().err
-
-
 def test_a_missing_or_malformed_summary_is_one_clear_error(tmp_path):
     with pytest.raises(HarnessError, match="no summary.json"):
         store.load_summary(tmp_path)
@@ -325,19 +266,6 @@ def test_the_reference_run_is_found_once(tmp_path):
             assert findings.reference_summary(tmp_path) == tmp_path / "reference" / rid / "summary.json"
     with pytest.raises(HarnessError, match="2 reference runs"):
         findings.reference_summary(tmp_path)
-
-
-def test_the_readme_findings_match_the_reference_run():
-    """The README's table is the reference run's, as `python -m harness.findings --write-readme` makes it."""
-    ref = findings.reference_summary(REPO_ROOT / "data")
-    if ref is None:
-        pytest.skip("no reference run yet (data/reference/<id>/summary.json)")
-    runs = pooling.committed_runs(REPO_ROOT)
-    block = findings.render_block(store.load_summary(ref), pooled=findings.committed_pooled(runs=runs),
-                                  by_processor=findings.committed_by_processor(runs=runs))
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert findings.readme_block(readme) == block, \
-        f"the README's findings differ from {ref}: run `python -m harness.findings --write-readme`"
 
 
 def test_the_committed_figures_are_the_reference_runs():

@@ -479,7 +479,7 @@ def test_a_forest_plot_draws_each_run_the_pooled_diamond_and_the_prediction_inte
     forest.draw(ax, pooled, row, "001-pool")
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[:3] == ["aaaa (90%, n=10)", "bbbb (90%, n=10)", "cccc (90%, n=10)"]
-    assert labels[3:] == ["pooled, 3 boots", "a new run (90%)"]
+    assert labels[3:] == ["pooled, 3 machines", "a new run (90%)"]
     assert ax.get_xscale() == "log" and pooled["verdict"] in ax.get_xlabel()
     assert forest.band_of(row) == (55.0, 220.0)
     assert forest.band_of({"comparison": "equivalence", "margin": 0.15, "reference": 1.0}) == \
@@ -530,11 +530,11 @@ def test_history_prints_two_boots_without_a_range_and_three_with_one():
     # in a frame where another lesson has a range, the column is float and this row's is NaN
     (line,) = history.pooled_lines({**two, "pi_low": math.nan, "pi_high": math.nan})
     assert "nan" not in line and "a new run:" not in line
-    assert "over 2 boots" in line and "need 3 boots; both runs: size not reproduced" in line
+    assert "over 2 machines" in line and "need 3 machines; both runs: size not reproduced" in line
     three = pooled_lessons([run("a", 30.0, 1), run("b", 45.0, 2), run("c", 36.0, 3)],
                            ["001-pool-13"]).to_dict("records")[0]
     (line,) = history.pooled_lines(three)
-    assert "over 3 boots" in line and "a new run: " in line and "nan" not in line
+    assert "over 3 machines" in line and "a new run: " in line and "nan" not in line
     assert line.endswith("size not reproduced, 3 of 3 runs agree")
 
 

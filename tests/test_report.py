@@ -166,9 +166,37 @@ def _text(fragment: str) -> str:
     return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
 
 
+def test_the_first_screen_is_the_twelve_lessons(built, tmp_path):
+    """Chromium at 1400×1000: under the title and a caveat of under 600 characters, the answer's
+    table (one row per lesson, each with its verdict badge) ends on the first screen; each lesson's
+    detail follows, collapsible, and the run's plumbing comes after."""
+    page = built.index.read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"    # the page, with a script that writes the table's layout into the DOM
+    probe.write_text(page.replace("</body>", "<script>const t = document.querySelector('table.answer');"
+                                  "document.body.dataset.rows = t.tBodies[0].rows.length;"
+                                  "document.body.dataset.bottom = Math.ceil(t.getBoundingClientRect().bottom);"
+                                  "</script></body>", 1), encoding="utf-8")
+    r = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                        "--window-size=1400,1000", "--dump-dom", probe.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = re.search(r'data-rows="(\d+)"', r.stdout)
+    bottom = re.search(r'data-bottom="(\d+)"', r.stdout)
+    assert rows and bottom, "the answer table was not found in the rendered page"
+    assert int(rows.group(1)) == len(findings.LESSONS)
+    assert int(bottom.group(1)) <= 1000, f"the answer table ends at {bottom.group(1)} px, below the first screen"
+    dom = r.stdout
+    title = re.search(r"<h1\b[^>]*>(.*?)</h1>", dom, re.S)
+    table = dom.index('<table class="answer"')
+    assert title and _text(title.group(1)).startswith("Async database access in Python: what to do")
+    assert len(_text(dom[title.end():table])) < 600, _text(dom[title.end():table])
+    assert dom.count("<details") >= len(findings.LESSONS)
+    assert dom.index('id="notebooks-run"') > dom.index("<details")
+
+
 def test_rendered_report_opens_with_findings_and_no_table_shows_nan(built, tmp_path):
-    """Read the page as Chromium renders it (not the notebooks): the first section after the report's
-    title is Findings, it holds a verdict for every lesson, and no table cell anywhere reads NaN."""
+    """Read the page as Chromium renders it (not the notebooks): after the answer, the first notebook
+    section is Findings, it holds a verdict for every lesson, and no table cell anywhere reads NaN."""
     r = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
                         "--dump-dom", built.index.resolve().as_uri()],
                        capture_output=True, text=True, timeout=120)
@@ -176,7 +204,7 @@ def test_rendered_report_opens_with_findings_and_no_table_shows_nan(built, tmp_p
     assert r.returncode == 0 and "<body" in dom, f"chromium failed ({r.returncode}): {r.stderr[-2000:]}"
     titles = [(m.start(), _text(m.group(1))) for m in re.finditer(r"<h1\b[^>]*>(.*?)</h1>", dom, re.S)]
     assert len(titles) >= 3, f"the rendered report has too few sections: {[t for _, t in titles]}"
-    assert titles[0][1].startswith("A reproducible performance study"), titles[0]
+    assert titles[0][1].startswith("Async database access in Python: what to do"), titles[0]
     assert titles[1][1] == "Findings", f"the first section is {titles[1][1]!r}, not Findings"
     # the first screen is the lessons: the plumbing (parameters, local paths, the notebook list) is at the end
     assert "run_dir=" not in dom[:titles[1][0]] and 'id="notebooks-run"' not in dom[:titles[1][0]]

@@ -484,13 +484,13 @@ def test_history_lessons_on_one_processor_pool_only_that_processors_runs(tmp_pat
     assert "full-0001" not in out.output and "full-0003" not in out.output
     block = out.output.split(f"001-pool ({head}):")[1].splitlines()[1:]
     assert [r.split()[1] for r in block[:2]] == ["2222222", "4444444"]
-    assert block[2].startswith("  pooled over 2 boots: 20.5 ["), block[2]
+    assert block[2].startswith("  pooled over 2 machines: 20.5 ["), block[2]
     # the kind as the README's table names it selects the same runs
     kind = CliRunner().invoke(cli.cli, ["history", "--lessons", "--processor", "Intel Xeon",
                                         "--data-dir", str(tmp_path)])
     assert kind.exit_code == 0 and kind.output.split("\n", 1)[1] == out.output.split("\n", 1)[1]
     everyone = CliRunner().invoke(cli.cli, ["history", "--lessons", "--data-dir", str(tmp_path)])
-    assert everyone.output.split(f"001-pool ({head}):")[1].splitlines()[5].startswith("  pooled over 4 boots")
+    assert everyone.output.split(f"001-pool ({head}):")[1].splitlines()[5].startswith("  pooled over 4 machines")
     none = harness("history", "--lessons", "--processor", "arm", env=dict(os.environ, STUDY_DATA_DIR=str(tmp_path)))
     assert none.returncode == 2 and len(none.stderr.strip().splitlines()) == 1
     assert "no committed run on a processor matching 'arm'" in none.stderr

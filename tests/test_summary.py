@@ -107,6 +107,10 @@ def test_summary_json_of_the_smoke_run(smoke_run):
     mc = out["multiple_comparisons"]
     assert mc["method"] == "holm (primary rows) + bh (supporting rows)" and mc["alpha"] == 0.05
     assert set(mc["undone"]) <= {c["claim_id"] for c in out["claims"]}
+    # the methods say what was applied: Holm over the primary rows, Benjamini-Hochberg over the rest
+    assert out["methods"]["multiple comparisons"] == mc["guarantee"]
+    assert "primary rows" in mc["guarantee"] and "Benjamini-Hochberg" in mc["guarantee"]
+    assert "90% t-interval" in out["methods"]["comparison"]
     for c in out["claims"]:
         if c["claim_id"] in mc["undone"]:
             assert c["verdict"] == "inconclusive" and c["verdict_raw"] != c["verdict"] and c["p_adjusted"] >= 0.05

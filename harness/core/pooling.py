@@ -475,10 +475,10 @@ def agreement(verdict: str, run_verdicts: Mapping[str, str]) -> tuple[int, str]:
 
 
 def over(k: int, n_runs: int | None) -> str:
-    """What a pooled figure rests on, as the reader's texts say it: "3 boots", or "7 runs on 3 boots"
-    where some boot has more than one run (they count once: the module docstring)."""
-    boots = f"{k} boot{'s' if k != 1 else ''}"
-    return boots if not n_runs or n_runs == k else f"{n_runs} runs on {boots}"
+    """What a pooled figure rests on, as the reader's texts say it: "3 machines", or "7 runs on 3
+    machines" where some machine (one boot) has more than one run (they count once: the module docstring)."""
+    machines = f"{k} machine{'s' if k != 1 else ''}"
+    return machines if not n_runs or n_runs == k else f"{n_runs} runs on {machines}"
 
 
 def each_run(verdicts: Mapping[str, str]) -> str:

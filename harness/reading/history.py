@@ -133,12 +133,12 @@ def pooled_lines(p: Mapping[str, Any] | None) -> list[str]:
         return [f"  pooled: {(p or {}).get('pi_reason') or 'no run gives an interval for this row'}"]
     if not p["pooled"]:
         return [f"  pooled: one run of these experiment versions and rules ({readout.clip(str(p['runs'][-1]), 40)}): "
-                f"its own interval stands; a pooled estimate needs runs from 2 boots, a prediction interval 3"]
+                f"its own interval stands; a pooled estimate needs runs from 2 machines, a prediction interval 3"]
     head = (f"  pooled over {pooling.over(p['k'], p.get('n_runs'))}: {num.sig3(p['estimate'])} "
             f"[{num.sig3(p['ci_low'])}, {num.sig3(p['ci_high'])}] ({p['ci_level']:.0%}); ")
     i2 = f"I² {100 * (p['i2'] or 0):.0f}%"
     if p.get("verdict") == verdicts.TOO_FEW_BOOTS:   # two boots: an estimate, but no range for a new run
-        head += (f"{i2}; a new run's range and a verdict across boots need {pooling.MIN_FOR_VERDICT} boots; "
+        head += (f"{i2}; a new run's range and a verdict across machines need {pooling.MIN_FOR_VERDICT} machines; "
                  f"{p['agree_text']}")
     else:
         head += (f"a new run: {num.sig3(p['pi_low'])} to {num.sig3(p['pi_high'])} (90% prediction interval); "
