@@ -1,8 +1,10 @@
 """Command line: `python -m harness list | run | study | verify | report | runs | show | compare |
-history | summarise | promote | servers`.
+history | power | docs | summarise | promote | keep | servers`.
 
-Argument parsing and calls into `study`, `servers` and `report` only. Every HarnessError becomes a
-one-paragraph message on stderr and exit status 2; no traceback for problems the user can fix.
+Argument parsing and calls into the floors below. Every HarnessError becomes a one-paragraph message
+on stderr and exit status 2; no traceback for problems the user can fix. `compare` and `history
+--changed` exit 1 when they find a difference, `docs` when a generated block is stale; `show`,
+`compare` and `history` take `--json`.
 """
 
 from __future__ import annotations
@@ -304,53 +306,86 @@ def _print_outcome_lines(run_: store.Run) -> None:
 @cli.command("compare")
 @click.argument("run_a", metavar="RUN_A")
 @click.argument("run_b", metavar="RUN_B")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs, their verdicts and those that moved as JSON.")
 @_data_dir
-def compare_cmd(run_a, run_b, data_dir) -> None:
+def compare_cmd(run_a, run_b, as_json, data_dir) -> None:
     """Headline figures of RUN_A and RUN_B side by side: absolute and normalised by each run's
     in-run ceiling, with 95% intervals, CV and repeats; every piece of metadata on which the runs
     differ (interpreter, lock hash, drivers, servers, experiment versions, machine, placement) and
     which experiments that makes incomparable; the verdicts that moved. From summary.json and
-    manifest.json alone (runs by path, id, a unique part of one, or `latest`)."""
+    manifest.json alone (runs by path, id, a unique part of one, or `latest`).
+
+    Exit status: 0 when every verdict is the same and every experiment comparable, 1 when a verdict
+    moved or an experiment cannot be compared, 2 on an error."""
     a, b = store.open_run(run_a, data_dir), store.open_run(run_b, data_dir)
     from .reading import compare
 
-    click.echo(compare.compare_text(a, b))
+    if as_json:
+        outcome = compare.compare_json(a, b)
+        click.echo(json.dumps(outcome, indent=2, default=str))
+    else:
+        text, outcome = compare.compare_report(a, b)
+        click.echo(text)
+    if compare.differ(outcome):
+        sys.exit(1)
 
 
 @cli.command("show")
 @click.argument("run_ref", metavar="RUN")
 @click.option("--experiment", default=None, help="Only this experiment's figures and bottlenecks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's headline figures and verdicts as JSON.")
 @_data_dir
-def show_cmd(run_ref, experiment, data_dir) -> None:
+def show_cmd(run_ref, experiment, as_json, data_dir) -> None:
     """Print a stored run from its summary.json and manifest.json: headline figures with interval, CV
     and stability warnings, verdicts per seed, bottlenecks, the machine and servers (RUN: a path, an
     id or a unique part of one, or `latest`)."""
     run_ = store.open_run(run_ref, data_dir)
     from .reading import show
 
+    if as_json:
+        if experiment:
+            raise click.UsageError("--json prints the whole run: drop --experiment")
+        click.echo(json.dumps(show.show_json(run_), indent=2, default=str))
+        return
     click.echo(show.show_text(run_, experiment))
 
 
 @cli.command("history")
 @click.option("--figure", default=None, metavar="TEXT", help="Only figures whose name contains TEXT.")
-@click.option("--changed", is_flag=True, help="Only figures with a change beyond the runs' own spread.")
+@click.option("--changed", is_flag=True,
+              help="Only figures with a change beyond the runs' own spread; exit 1 when there is one.")
 @click.option("--all", "include_new", is_flag=True, help="Add the complete runs of data/runs.")
 @click.option("--lessons", is_flag=True, help="The findings table's lessons instead: figure and verdict per run.")
 @click.option("--pool-by", type=click.Choice(["version", "rules"]), default="version", show_default=True,
               help="With --lessons: pool runs of the same experiment versions and rules, or of the same rules only.")
 @click.option("--processor", default=None, metavar="TEXT",
               help="Only runs whose CPU model contains TEXT (e.g. Intel, AMD): lessons pooled over one kind of CPU.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the runs, their verdicts and the figures that changed as JSON.")
 @_data_dir
-def history_cmd(figure, changed, include_new, lessons, pool_by, processor, data_dir) -> None:
+def history_cmd(figure, changed, include_new, lessons, pool_by, processor, as_json, data_dir) -> None:
     """Headline figures across the committed runs (data/reference, data/history), by commit and
     machine, absolute and normalised with intervals; flags a change beyond the runs' own spread.
-    --lessons: the README's findings across the runs instead, flagging verdicts that moved."""
+    --lessons: the lessons across the runs instead, flagging verdicts that moved.
+
+    Exit status: 0, or 1 with --changed when a figure changed beyond the runs' spread; 2 on an error."""
     from .reading import history
 
     if lessons and (figure or changed):
         raise click.UsageError("--lessons shows the lessons only: drop --figure and --changed")
-    click.echo(history.history_text(data_dir, include_new=include_new, figure=figure, changed_only=changed,
-                                    lessons=lessons, pool_by=pool_by, processor=processor))
+    if as_json:
+        if lessons:
+            raise click.UsageError("--json gives every run's verdicts already: drop --lessons")
+        outcome = history.history_json(data_dir, include_new=include_new, figure=figure, processor=processor)
+        click.echo(json.dumps(outcome, indent=2, default=str))
+        n_changed = len(outcome["changed"])
+    else:
+        text, n_changed = history.history_report(data_dir, include_new=include_new, figure=figure,
+                                                 changed_only=changed, lessons=lessons, pool_by=pool_by,
+                                                 processor=processor)
+        click.echo(text)
+    if changed and n_changed:
+        sys.exit(1)
 
 
 @cli.command("power")

@@ -7,16 +7,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, harness
 
 from harness import cli
-from harness.core import environment, host, store
+from harness.core import environment, host, pooling, store
 from harness.core.errors import HarnessError
 from harness.reading import compare, history, readout, show
 
@@ -97,11 +95,6 @@ def _put(data, where: str, run_id: str, manifest: dict, summary: dict | None, ra
         r.mkdir(parents=True)
         (r / "result.json").write_text(json.dumps({"status": "ok", "cells": []}))
     return d
-
-
-def harness(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, env=env)
 
 
 # -- the summary upgrade ------------------------------------------------------------------------------
@@ -428,7 +421,14 @@ def test_history_shows_committed_runs_by_commit_and_machine_and_flags_real_chang
     assert "norm vs #3" in rows[3] and "CHANGED" not in rows[3]
     assert "1 with a change beyond the runs' spread" in text
     only = CliRunner().invoke(cli.cli, ["history", "--changed", "--figure", "bare", "--data-dir", str(tmp_path)])
-    assert "1 figure(s) shown" in only.output
+    assert "1 figure(s) shown" in only.output and only.exit_code == 1   # a change found: exit 1
+    as_json = CliRunner().invoke(cli.cli, ["history", "--json", "--data-dir", str(tmp_path)])
+    got = json.loads(as_json.output)
+    assert as_json.exit_code == 0 and got["changed"] == ["mongo_pool.bare.throughput_qps"]
+    assert [r["run_id"][-4:] for r in got["runs"]] == ["0001", "0002", "0003", "0004"]
+    steady = CliRunner().invoke(cli.cli, ["history", "--changed", "--figure", "nothing-matches",
+                                          "--data-dir", str(tmp_path)])
+    assert steady.exit_code == 0, steady.output
 
 
 def test_history_lessons_follow_each_lessons_figure_and_flag_verdicts_that_move(tmp_path):
@@ -611,7 +611,7 @@ def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):
                      claims=[_claim("001-pool-01", "not reproduced"), _claim("001-pool-02", "inconclusive")]))
     stored = (a_dir / "summary.json").read_bytes()
     out = CliRunner().invoke(cli.cli, ["compare", "aaaa", "bbbb", "--data-dir", str(tmp_path)])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 1, out.output          # a verdict moved: the exit status says so
     assert "checked metadata: 1 difference(s)" in out.output and "[differs] machine" in out.output
     assert "1000 [950, 1050]" in out.output and "1234 [1200, 1300]" in out.output   # the stored figures
     assert "1 between holding and failing" in out.output
@@ -641,3 +641,21 @@ def test_summarise_rewrites_the_summary_of_a_run_with_raw_data(smoke_run, tmp_pa
     assert not list(copy_.glob("*.tmp*")), "no temporary file left beside summary.json"
     assert f"run {smoke_run.id}: complete" in show.show_text(store.open_run(smoke_run.id, tmp_path))
     assert all(e.get("version") for e in smoke_run.experiments.values()), "study.run records each version"
+
+
+def test_compare_exits_0_on_a_run_against_itself_and_1_on_runs_whose_verdicts_differ():
+    """The exit status is the answer (for scripts), and --json parses: the committed reference
+    against itself, then against the committed run on another processor whose 002-cpu word differs."""
+    ref = next(r for r in pooling.committed_runs(REPO_ROOT) if r.run_id.endswith("0dff"))
+    other = "20261207T033449Z-full-5bb1"
+    same = harness("compare", ref.run_id, ref.run_id, "--json")
+    assert same.returncode == 0, same.stdout[-2000:] + same.stderr
+    got = json.loads(same.stdout)
+    assert got["a"] == got["b"] == ref.run_id and got["moved"] == [] and got["incomparable"] == {}
+    moved = harness("compare", ref.run_id, other, "--json")
+    assert moved.returncode == 1, moved.stderr
+    changed = json.loads(moved.stdout)["moved"]
+    assert changed and all(c["A"] != c["B"] for c in changed)
+    shown = harness("show", other, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == other
+    assert {"claim_id", "verdict", "estimate"} <= set(json.loads(shown.stdout)["claims"][0])

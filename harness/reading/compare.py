@@ -326,6 +326,11 @@ def _machine_label(m: dict[str, Any]) -> str:
 
 
 def compare_text(run_a: Run, run_b: Run) -> str:
+    return compare_report(run_a, run_b)[0]
+
+
+def compare_report(run_a: Run, run_b: Run) -> tuple[str, dict[str, Any]]:
+    """The comparison as text, and as `compare_json` gives it (read once)."""
     sa, sb = readout.summary_of(run_a), readout.summary_of(run_b)
     ma, mb = run_a.manifest, run_b.manifest
     meta, bad = checked_metadata(ma, mb, sa, sb)
@@ -364,4 +369,26 @@ def compare_text(run_a: Run, run_b: Run) -> str:
         changed = moves[moves["change"] != "same"]
         if len(changed):
             lines.append(changed.to_string(index=False))
-    return "\n".join(lines)
+    return "\n".join(lines), _outcome(run_a, run_b, bad, moves, counts)
+
+
+def _outcome(run_a: Run, run_b: Run, bad: dict[str, str], moves: pd.DataFrame,
+             counts: dict[str, int]) -> dict[str, Any]:
+    claims = moves.to_dict("records")
+    return {"a": run_a.id, "b": run_b.id, "incomparable": dict(sorted(bad.items())), "counts": counts,
+            "claims": claims, "moved": [c for c in claims if c["change"] != verdicts.SAME]}
+
+
+def compare_json(run_a: Run, run_b: Run) -> dict[str, Any]:
+    """Two runs for scripts (`harness compare --json`): their ids, the experiments they cannot be
+    compared on (and why), every measurement claim's verdict in each, and those that moved."""
+    sa, sb = readout.summary_of(run_a), readout.summary_of(run_b)
+    _meta, bad = checked_metadata(run_a.manifest, run_b.manifest, sa, sb)
+    moves, counts = compare_verdicts(sa, sb)
+    return _outcome(run_a, run_b, bad, moves, counts)
+
+
+def differ(outcome: dict[str, Any]) -> bool:
+    """Whether two runs' comparison found anything: a verdict that moved, or an experiment they
+    cannot be compared on (`harness compare` then exits 1)."""
+    return bool(outcome["moved"] or outcome["incomparable"])

@@ -154,10 +154,10 @@ def on_processor(records: list[dict[str, Any]], text: str) -> list[dict[str, Any
     return pooling.of_processor(records, text, lambda rec: store.cpu_model(rec["run"].manifest))
 
 
-def history_text(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
-                 changed_only: bool = False, lessons: bool = False, pool_by: str = "version",
-                 processor: str | None = None) -> str:
-    """Headline figures across runs, by commit and machine, absolute and normalised with their
+def history_report(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
+                   changed_only: bool = False, lessons: bool = False, pool_by: str = "version",
+                   processor: str | None = None) -> tuple[str, int]:
+    """(text, figures changed). Headline figures across runs, by commit and machine, absolute and normalised with their
     intervals, as asv shows a benchmark across commits; a change larger than the runs' own spread
     (`beyond_spread`) against the previous run with the figure is flagged `CHANGED`, on the
     absolute figure between runs of one machine (same boot) and on the normalised one across
@@ -180,15 +180,28 @@ def history_text(data_dir: Any = None, include_new: bool = False, figure: str | 
                      + readout.ceiling_text(readout.ceilings(rec["summary"], run.manifest)))
     lines += [f"  {x}" for x in skipped]
     if lessons:
-        return "\n".join(lines + [lessons_history_text(records, pool_by)])
+        return "\n".join(lines + [lessons_history_text(records, pool_by)]), 0
     lines.append("figures: estimate [95% interval], CV/n, normalised [interval]; CHANGED: intervals apart and "
                  "the change beyond the larger CV (absolute within one machine, normalised across machines)")
+    found = figure_histories(records, figure)
+    shown = [f for f in found if f["changed"] or not changed_only]
+    for f in shown:
+        lines.append(f"{f['name']} ({f['unit']}, {f['better'] or '?'} is better)")
+        lines += f["lines"]
+    n_shown, n_changed = len(shown), sum(f["changed"] for f in found)
+    lines.append(f"{n_shown} figure(s) shown; {n_changed} with a change beyond the runs' spread")
+    return "\n".join(lines), n_changed
+
+def figure_histories(records: list[dict[str, Any]], figure: str | None = None) -> list[dict[str, Any]]:
+    """Each headline figure across `records` (`history_runs`), in name order: its name, unit, better
+    direction, one line per run, and whether a change beyond the runs' own spread (`beyond_spread`)
+    against the previous run with the figure was flagged (`changed`)."""
     figures: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
     for i, rec in enumerate(records, 1):
         h = readout.headline(rec["summary"])
         for r in h.to_dict("records") if len(h) else []:
             figures.setdefault((r["experiment"], r["variant"], r["metric"]), []).append((i, r))
-    n_changed, n_shown = 0, 0
+    out = []
     for key in sorted(figures):
         name = metric_name(*key)
         if figure and figure not in name:
@@ -222,12 +235,24 @@ def history_text(data_dir: Any = None, include_new: bool = False, figure: str | 
                          f"{readout.cvn(r.get('cv'), r.get('n_repeats'), r.get('unstable')):18} "
                          f"norm {ntext:30} {change}".rstrip())
             prev = (i, r)
-        n_changed += flagged
-        if changed_only and not flagged:
-            continue
-        n_shown += 1
         first = figures[key][0][1]
-        lines.append(f"{name} ({first.get('unit')}, {first.get('better') or '?'} is better)")
-        lines += block
-    lines.append(f"{n_shown} figure(s) shown; {n_changed} with a change beyond the runs' spread")
-    return "\n".join(lines)
+        out.append({"name": name, "unit": first.get("unit"), "better": first.get("better"), "lines": block,
+                    "changed": flagged})
+    return out
+
+
+def history_json(data_dir: Any = None, include_new: bool = False, figure: str | None = None,
+                 processor: str | None = None) -> dict[str, Any]:
+    """The runs across history for scripts (`harness history --json`): each run's id, location,
+    commit, machine and its measurement claims' verdicts and estimates, and the figures whose
+    change went beyond the runs' own spread."""
+    records, skipped = history_runs(data_dir, include_new)
+    if not records:
+        raise HarnessError("no committed run with a summary" + (f"; {len(skipped)} left out: {skipped[0]}"
+                                                                if skipped else ""))
+    if processor:
+        records = on_processor(records, processor)
+    runs = [{"run_id": rec["run"].id, "location": rec["where"], "commit": rec["commit"], "machine": rec["machine"],
+             "claims": readout.claims_json(rec["summary"])} for rec in records]
+    return {"runs": runs, "skipped": skipped,
+            "changed": [f["name"] for f in figure_histories(records, figure) if f["changed"]]}

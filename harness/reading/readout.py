@@ -138,3 +138,21 @@ def commit(m: Manifest) -> str | None:
     if not g.get("sha"):
         return None
     return str(g["sha"])[:10] + (" (dirty)" if g.get("dirty") else "")
+
+
+def claims_json(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measurement claim of a summary as `--json` gives it: id, interpreter, verdict and its
+    estimate with the interval it was judged on."""
+    keys = ("estimate", "ci_low", "ci_high", "ci_level")
+    return [{"claim_id": c.get("claim_id"), "interpreter": c.get("interpreter") or "", "verdict": c.get("verdict"),
+             **{k: num.finite(c.get(k)) for k in keys}}
+            for c in summary.get("claims", []) if c.get("kind") == "measurement"]
+
+
+def headline_json(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline figures as `--json` gives them."""
+    keys = ("experiment", "variant", "metric", "unit", "estimate", "ci_low", "ci_high", "ci_level", "cv",
+            "n_repeats", "unstable", "normalised")
+    h = headline(summary)
+    return [{k: (num.finite(r.get(k)) if isinstance(r.get(k), float) else r.get(k)) for k in keys}
+            for r in (h.to_dict("records") if len(h) else [])]

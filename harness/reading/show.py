@@ -178,3 +178,13 @@ def show_text(run: Run, experiment: str | None = None) -> str:
     if not found:
         lines.append("  none recorded")
     return "\n".join(lines)
+
+
+def show_json(run: Run) -> dict[str, Any]:
+    """A stored run for scripts (`harness show --json`): id, status, profile, where, its headline
+    figures and each measurement claim's verdict and estimate."""
+    s = readout.summary_of(run)
+    m = run.manifest
+    return {"run_id": run.id, "status": m.get("status"), "profile": m.get("profile"),
+            "location": store.location_of(run.path), "commit": readout.commit(m),
+            "headline": readout.headline_json(s), "claims": readout.claims_json(s)}
