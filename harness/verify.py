@@ -107,7 +107,7 @@ def preflight(w: workload_file.Workload, overrides: dict[str, Any]) -> None:
     gens = verify_postgres.generators(w.target, params, w.seed)
     planned = study.plan([w.experiment], "full", overrides, w.load.repeats)[0].params
     assert isinstance(planned, verify_postgres.VerifyPostgresParams)
-    verify_postgres.guarded_preflight(w.target, w.target, w.body(), gens, planned)
+    verify_postgres.guarded_preflight(w.target, w.body(), gens, planned)
 
 
 def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (), data_dir: Path | None = None,

@@ -421,7 +421,7 @@ def test_allow_writes_has_no_postgres_check():
 GUARDS_DB = "verify_guards"
 # A schema of the user's own: functions that reach dblink_exec (an UPDATE on a connection of its own,
 # which commits whatever verify's read-only transaction does) through one or two wrappers, PL/pgSQL,
-# a view, a dynamic EXECUTE, and a wrapper around pg_terminate_backend.
+# a view, an operator, a row-level policy, a dynamic EXECUTE, and a wrapper around pg_terminate_backend.
 GUARDS_SCHEMA = """
 CREATE EXTENSION IF NOT EXISTS dblink;
 CREATE TABLE customers (id integer PRIMARY KEY, balance integer NOT NULL DEFAULT 0);
@@ -439,6 +439,11 @@ CREATE FUNCTION sneaky_dynamic(cid integer) RETURNS void LANGUAGE plpgsql AS $$
   END $$;
 CREATE FUNCTION ends_sessions(cid integer) RETURNS boolean LANGUAGE sql AS
   $$ SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = cid $$;
+CREATE FUNCTION sneaky_eq(integer, integer) RETURNS boolean LANGUAGE sql AS $$ SELECT sneaky($1) IS NOT NULL $$;
+CREATE OPERATOR === (LEFTARG = integer, RIGHTARG = integer, FUNCTION = sneaky_eq);
+CREATE TABLE guarded (id integer PRIMARY KEY);
+ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
+CREATE POLICY only_some ON guarded USING (sneaky(id) IS NOT NULL);
 CREATE FUNCTION plain_abs(integer) RETURNS integer LANGUAGE internal IMMUTABLE AS 'int4abs';
 CREATE FUNCTION balance_of(cid integer) RETURNS integer LANGUAGE plpgsql STABLE AS
   $$ DECLARE b integer; BEGIN SELECT balance INTO b FROM customers WHERE id = cid; RETURN b; END $$;
@@ -453,6 +458,9 @@ REACHED = {
                             "public.sneaky_view → public.sneaky → dblink_exec"),
     "dynamic execute": ("SELECT sneaky_dynamic(:cid)", "public.sneaky_dynamic, which builds SQL at run time"),
     "terminate wrapper": ("SELECT ends_sessions(:cid)", "public.ends_sessions → pg_terminate_backend"),
+    "operator over a wrapper": ("SELECT 1 WHERE :cid === 1", "public.sneaky_eq → public.sneaky → dblink_exec"),
+    "row-level policy over a wrapper": ("SELECT count(*) FROM guarded WHERE id = :cid",
+                                        "public.guarded (policy only_some) → public.sneaky → dblink_exec"),
 }
 
 

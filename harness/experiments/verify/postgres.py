@@ -151,14 +151,14 @@ def _catalog_connection(dsn: str) -> Any:
         raise HarnessError(f"target: could not connect to read the catalog: {error_text(e, 200)}") from None
 
 
-def guarded_preflight(dsn: str, target: str, body: dict[str, Any], gens: dict[str, Any], p: VerifyPostgresParams,
+def guarded_preflight(dsn: str, body: dict[str, Any], gens: dict[str, Any], p: VerifyPostgresParams,
                       *, own: bool = False) -> Guarded:
     """The guards in order, each a one-line HarnessError: the role's rights (a role that can write
     is refused off the study's own cluster), the walk of what each statement reaches, then the
     pre-flight, with the row counters read before and after it where they are watched."""
     request = body["postgres"]["request"]
     with _catalog_connection(dsn) as conn:
-        role = rights.read(conn, target, own=own)
+        role = rights.read(conn, dsn, own=own)
         rights.check(role, p.writable_role_ok)
         found = reach.check(conn, request, p.trusted_functions)
         watched = (role.study_cluster or p.idle_target) and role.counts_rows
@@ -266,7 +266,7 @@ class VerifyPostgres(Experiment):
         gens = generators(dsn, body["postgres"].get("params", {}), int(body.get("seed", 1)))
         ctx.note("generators", {n: ({"choice_of": len(g["choice"])} if "choice" in g else g) for n, g in gens.items()})
         own = ctx.servers.postgres is not None and ctx.servers.postgres.source != "env"
-        guarded = guarded_preflight(dsn, dsn, body, gens, p, own=own)
+        guarded = guarded_preflight(dsn, body, gens, p, own=own)
         for key, value in guarded.note.items():
             ctx.note(key, value)
         program = statements(body["postgres"]["request"])

@@ -88,14 +88,14 @@ class Rights:
         return {**asdict(self), "can_write": self.can_write, "lines": self.lines()}
 
 
-def read(conn: Any, target: str, *, own: bool = False) -> Rights:
-    """The rights of the role behind `conn` (psycopg) on `target`; `own` when the harness provisioned
-    the server itself (the target `local`)."""
+def read(conn: Any, dsn: str, *, own: bool = False) -> Rights:
+    """The rights of the role behind `conn` (psycopg, connected to `dsn`); `own` when the harness
+    provisioned the server itself (the target `local`, a server the run started)."""
     row = conn.execute(_RIGHTS_SQL, {"elsewhere": ELSEWHERE_FUNCTIONS}).fetchone()
     if row is None:
         raise HarnessError("target: the role verify connected as is not in pg_roles")
     role, database, superuser, bypass, write_all, tables, elsewhere, backend_pid, counts = row
-    hosts = target_hosts(target) if target != "local" else []
+    hosts = target_hosts(dsn)
     local_cluster = bool(hosts) and all(is_loopback(h) for h in hosts) and servers.study_cluster(backend_pid)
     return Rights(role, database, bool(superuser), bool(bypass), bool(write_all), int(tables),
                   tuple(elsewhere), own or local_cluster, bool(counts))
