@@ -295,10 +295,11 @@ def _print_outcome_lines(run_: store.Run) -> None:
         click.echo("time (wall, inside measured windows):")
         for line in timing_lines(run_.manifest):
             click.echo(line)
-    from .summary import stability_warnings
+    from .summary import stability_line
 
-    for line in stability_warnings(run_):
-        click.echo(line)
+    unstable = stability_line(run_)
+    if unstable:
+        click.echo(unstable)
     flag = " (with failures)" if run_.manifest.get("has_failures") else ""
     click.echo(f"run {run_.id}: {run_.manifest['status']}{flag} -> {run_.path}")
 

@@ -183,6 +183,16 @@ def load(run: Run) -> dict[str, Any]:
     return build(run)
 
 
+def stability_line(run: Run) -> str | None:
+    """One line for the end of a run: how many figures are unstable and where to read them (None
+    when none is); the figures themselves are `stability_warnings`, as `harness show` prints them."""
+    n = len(stability_warnings(run))
+    if not n:
+        return None
+    return (f"WARNING {n} figure{'s' if n != 1 else ''} unstable (CV >= {stats.UNSTABLE_CV:.0%} over "
+            f"{stats.MIN_REPEATS_FOR_STABILITY} or more repeats): `harness show {run.id}` lists them")
+
+
 def stability_warnings(run: Run) -> list[str]:
     """One line per figure whose CV over repeats is >= 10% with n >= 5 (pyperf's rule), from the
     run's summary.json (none if the run has none)."""

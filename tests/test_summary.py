@@ -186,3 +186,8 @@ def test_unstable_figures_are_warned_about(tmp_path):
     (run.path / "summary.json").write_text(json.dumps({"metrics": rows}))
     warnings = summary.stability_warnings(run)
     assert len(warnings) == 1 and "mongo_pool.bare.throughput_qps" in warnings[0] and "5 repeats" in warnings[0]
+    # the end of a run says how many, and where to read them, in one line (a full run has hundreds)
+    assert summary.stability_line(run) == ("WARNING 1 figure unstable (CV >= 10% over 5 or more repeats): "
+                                           f"`harness show {run.id}` lists them")
+    (run.path / "summary.json").write_text(json.dumps({"metrics": [r for r in rows if not r.get("unstable")]}))
+    assert summary.stability_line(run) is None
