@@ -5,6 +5,7 @@ data/history, data/runs). Every run here is a small manifest.json + summary.json
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 import time
@@ -183,7 +184,7 @@ def test_promote_makes_a_new_run_the_reference_and_keeps_the_old_ones_summary(tm
     out = CliRunner().invoke(cli.cli, ["promote", new, "--data-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert sorted(p.name for p in (tmp_path / "reference").iterdir()) == [new]
-    assert sorted(p.name for p in (tmp_path / "history" / old).iterdir()) == ["manifest.json", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "history" / old).iterdir()) == ["manifest.json.gz", "summary.json.gz"]
     assert (tmp_path / "runs" / old / "mongo_pool" / "r0").is_dir(), "the old reference's raw data is kept aside"
     assert store.open_run("latest", tmp_path).path == tmp_path / "reference" / new
     assert store.open_run(old, tmp_path).path.parent.name == "runs"   # the copy with raw data first
@@ -225,9 +226,12 @@ def test_keep_commits_a_runs_manifest_and_summary_to_history_and_leaves_the_run(
     out = CliRunner().invoke(cli.cli, ["keep", done, "--data-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
     kept = tmp_path / "history" / done
-    assert sorted(p.name for p in kept.iterdir()) == ["manifest.json", "summary.json"]
+    # kept gzipped, the same bytes once unpacked, read back through the store
+    assert sorted(p.name for p in kept.iterdir()) == ["manifest.json.gz", "summary.json.gz"]
     for name in ("manifest.json", "summary.json"):
-        assert (kept / name).read_bytes() == (tmp_path / "runs" / done / name).read_bytes()
+        assert gzip.decompress((kept / f"{name}.gz").read_bytes()) == (tmp_path / "runs" / done / name).read_bytes()
+    assert store.load_summary(kept) == store.load_summary(tmp_path / "runs" / done)
+    assert store.load_manifest(kept) == store.load_manifest(tmp_path / "runs" / done)
     assert (tmp_path / "runs" / done / "mongo_pool" / "r0").is_dir(), "the raw data stays in data/runs"
     assert not list((tmp_path / "history").glob(f"{store.INCOMPLETE_PREFIX}*"))
     with pytest.raises(HarnessError, match="already exists"):

@@ -606,7 +606,7 @@ def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:
     """Every committed run with a summary: `data/reference/*` and `data/history/*`, oldest first."""
     base = Path(root) / "data"
     dirs = [p for sub in ("reference", "history") for p in sorted((base / sub).glob("*"))
-            if (p / "summary.json").exists()]
+            if store.run_file(p, "summary.json") is not None]
     return sorted((read_run(p) for p in dirs), key=lambda r: r.run_id)
 
 

@@ -2,7 +2,7 @@
 
 Where runs live (issue 23 point 3), each found by `open_run` and listed by `list_runs`:
     data/reference/<run-id>/   the one reference run, raw data and all (committed)
-    data/history/<run-id>/     earlier committed runs: manifest.json and summary.json only
+    data/history/<run-id>/     earlier committed runs: manifest.json.gz and summary.json.gz only
     data/runs/<run-id>/        new runs, raw data and all (git-ignored working area); `latest`
 `promote()` makes a run of data/runs the reference and moves the old reference's manifest and
 summary to data/history. Manifests are read through `load_manifest()` and summaries through
@@ -73,7 +73,10 @@ def runs_dir(data_dir: Path | None = None) -> Path:
 # Where runs live, in the order a run id is looked up (a run in two places: its copy with raw data).
 LOCATIONS = ("reference", "runs", "history")
 COMMITTED = ("reference", "history")
-HISTORY_FILES = ("manifest.json", "summary.json")   # all a run keeps under data/history
+# All a run keeps under data/history: its manifest and summary, gzipped (a kept run's 1.7 MB of JSON is
+# about 0.16 MB so; every committed byte stays in every clone). Readers take either form (`run_file`).
+HISTORY_FILES = ("manifest.json.gz", "summary.json.gz")
+GZ = ".gz"
 
 
 def location_dir(where: str, data_dir: Path | None = None) -> Path:
@@ -274,12 +277,21 @@ class Run:
         return ident.get("label", "unknown server")
 
 
+def run_file(run_dir: Path, name: str) -> Path | None:
+    """A run directory's `name` (manifest.json, summary.json) as it is stored: plain, or gzipped as
+    data/history keeps it; None when neither is there."""
+    for f in (run_dir / name, run_dir / (name + GZ)):
+        if f.exists():
+            return f
+    return None
+
+
 def _run_dirs(where: str, data_dir: Path | None = None) -> list[Path]:
     root = location_dir(where, data_dir)
     if not root.is_dir():
         return []
     return sorted(d for d in root.iterdir()
-                  if not d.is_symlink() and d.is_dir() and (d / "manifest.json").exists())
+                  if not d.is_symlink() and d.is_dir() and run_file(d, "manifest.json") is not None)
 
 
 def _bare_id(name: str) -> str:
@@ -326,7 +338,7 @@ def list_runs(data_dir: Path | None = None, where: tuple[str, ...] = LOCATIONS) 
     out = []
     for place in where:
         for d in _run_dirs(place, data_dir):
-            base = {"path": str(d), "where": place, "has_summary": (d / "summary.json").exists()}
+            base = {"path": str(d), "where": place, "has_summary": summary_path(d).exists()}
             try:
                 m = load_manifest(d)
             except HarnessError:
@@ -423,17 +435,19 @@ def load_manifest(where: Path) -> Manifest:
     """A run directory's manifest.json (or the file), upgraded to the current format: the one way
     the harness reads a manifest. One-line HarnessError for a missing or malformed file."""
     f = Path(where)
-    f = f if f.suffix == ".json" else f / "manifest.json"
-    if not f.exists():
-        raise HarnessError(f"{f.parent} is not a run (no manifest.json)")
-    return upgrade_manifest(_read_json(f), str(f.parent))
+    run_dir, found = (f.parent, f) if f.suffix in (".json", GZ) else (f, run_file(f, "manifest.json"))
+    if found is None or not found.exists():
+        raise HarnessError(f"{run_dir} is not a run (no manifest.json)")
+    return upgrade_manifest(_read_json(found), str(found.parent))
 
 
 def _read_json(f: Path) -> Any:
-    """A run file's JSON; a one-line HarnessError naming the file when it is malformed or unreadable."""
+    """A run file's JSON, gzipped or not; a one-line HarnessError naming the file when it is malformed
+    or unreadable."""
     try:
-        return json.loads(f.read_text())
-    except ValueError as e:
+        raw = gzip.decompress(f.read_bytes()) if f.suffix == GZ else f.read_bytes()
+        return json.loads(raw)
+    except (ValueError, EOFError, gzip.BadGzipFile) as e:
         raise HarnessError(f"{f}: malformed {f.name} ({str(e).splitlines()[0]})") from None
     except OSError as e:
         raise HarnessError(f"{f}: cannot read ({e.strerror or type(e).__name__})") from None
@@ -497,8 +511,11 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
 
 
 def summary_path(where: Run | Path) -> Path:
+    """A run's summary file: the one stored (plain or gzipped), else where summary.json would go."""
     p = where.path if isinstance(where, Run) else Path(where)
-    return p if p.suffix == ".json" else p / "summary.json"
+    if p.suffix in (".json", GZ):
+        return p
+    return run_file(p, "summary.json") or p / "summary.json"
 
 
 def load_summary(where: Run | Path) -> dict[str, Any]:
@@ -584,15 +601,25 @@ def _new_complete_run(ref: str | Path, data_dir: Path | None, what: str) -> Run:
 
 
 def _copy_to_history(run_dir: Path, hist_root: Path) -> Path:
-    """`run_dir`'s manifest.json and summary.json written aside in `hist_root`, then renamed into
-    place as `hist_root/<name>`."""
+    """`run_dir`'s manifest.json and summary.json written aside in `hist_root`, gzipped
+    (`HISTORY_FILES`), then renamed into place as `hist_root/<name>`."""
     hist_root.mkdir(parents=True, exist_ok=True)
     tmp = hist_root / f"{INCOMPLETE_PREFIX}{run_dir.name}"
     tmp.mkdir(exist_ok=True)
     for name in HISTORY_FILES:
-        (tmp / name).write_bytes((run_dir / name).read_bytes())
+        source = run_file(run_dir, name.removesuffix(GZ))
+        if source is None:
+            raise HarnessError(f"{run_dir} has no {name.removesuffix(GZ)} to keep")
+        (tmp / name).write_bytes(gzipped(source.read_bytes() if source.suffix != GZ
+                                         else gzip.decompress(source.read_bytes())))
     os.rename(tmp, hist_root / run_dir.name)
     return hist_root / run_dir.name
+
+
+def gzipped(data: bytes) -> bytes:
+    """`data` gzipped the same way every time (no name, no time stamp): a file kept twice is the
+    same bytes."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
 
 
 def keep(ref: str | Path, data_dir: Path | None = None) -> Path:
