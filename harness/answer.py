@@ -12,6 +12,7 @@ lesson's own for the class of the word shown (`Lesson.do`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,25 +86,21 @@ def across_text(p: Mapping[str, Any] | None) -> str:
     if p.get("verdict") == TOO_FEW_BOOTS:
         return f"2 machines ({n} runs): too few for a word across machines"
     agree, contradict, undecided = counts(p)
-    others = sorted({short_word(w) for w in (p.get("verdicts") or {}).values()
-                     if w in DECISIVE and not pooling.says_the_same(w, str(p["verdict"]))})
+    said = Counter(short_word(w) for w in (p.get("verdicts") or {}).values() if w in DECISIVE)
     if contradict >= agree and contradict:
-        words = {}
-        for w in (p.get("verdicts") or {}).values():
-            if w in DECISIVE:
-                words[short_word(w)] = words.get(short_word(w), 0) + 1
-        said = ", ".join(f"{c} {w}" for w, c in sorted(words.items(), key=lambda x: -x[1]))
-        text = f"**mixed** over {p['k']} machines: {said}"
+        text = f"**mixed** over {p['k']} machines: " + ", ".join(f"{c} {w}" for w, c in said.most_common())
     else:
-        text = f"**{short_word(str(p['verdict']))}** over {p['k']} machines: {agree} of {n} runs agree"
+        word = short_word(str(p["verdict"]))
+        text = f"**{word}** over {p['k']} machines: {agree} of {n} runs agree"
         if contradict:
-            text += f", {contradict} {' or '.join(others)}"
+            others = {short_word(w) for w in (p.get("verdicts") or {}).values()
+                      if w in DECISIVE and not pooling.says_the_same(w, str(p["verdict"]))}
+            text += f", {contradict} {' or '.join(sorted(others))}"
     if undecided:
         text += f", {undecided} undecided"
     if p.get("pi_low") is not None:
         text += f"; a new run: {num.sig3(p['pi_low'])}–{num.sig3(p['pi_high'])}"
     return text
-
 
 
 def kinds_pooled(runs: Sequence[pooling.RunRecord]) -> dict[str, dict[str, Mapping[str, Any]]]:
