@@ -5,6 +5,7 @@ writes that shape itself (format 3), and docs/FORMAT.md lists every key."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import types
 import typing
@@ -44,12 +45,16 @@ def _shape(m: dict[str, Any]) -> None:
     assert m["format_version"] == store.FORMAT_VERSION
 
 
-COMMITTED = sorted(p.parent for w in store.COMMITTED for p in (config.REPO_ROOT / "data" / w).glob("*/manifest.json"))
+# every committed run: the reference's manifest.json, each history run's manifest.json.gz
+COMMITTED = sorted(d for w in store.COMMITTED for d in (config.REPO_ROOT / "data" / w).glob("*")
+                   if store.run_file(d, "manifest.json") is not None)
 
 
 @pytest.mark.parametrize("run_dir", COMMITTED, ids=[d.name for d in COMMITTED])
 def test_every_committed_manifest_reads_to_the_current_shape(run_dir):
-    raw = json.loads((run_dir / "manifest.json").read_text())
+    f = store.run_file(run_dir, "manifest.json")
+    assert f is not None
+    raw = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == store.GZ else f.read_bytes())
     m = store.load_manifest(run_dir)
     _shape(m)
     # a manifest of an older format says which; one of the current format needs no upgrade
@@ -62,7 +67,10 @@ def test_every_committed_manifest_reads_to_the_current_shape(run_dir):
 
 
 def test_the_committed_manifests_are_there_to_test():
-    assert len(COMMITTED) >= 2 and any("reference" in str(d) for d in COMMITTED)
+    """Every committed run directory is read above, the gzipped history included."""
+    dirs = [d for w in store.COMMITTED for d in (config.REPO_ROOT / "data" / w).glob("*") if d.is_dir()]
+    assert len(COMMITTED) == len(dirs) >= 2 and any("reference" in str(d) for d in COMMITTED)
+    assert any(store.run_file(d, "manifest.json").suffix == store.GZ for d in COMMITTED)
 
 
 def _old(version: int) -> dict[str, Any]:
