@@ -136,6 +136,19 @@ def test_upgrade_refuses_what_is_not_a_readable_summary(bad, words):
         store.upgrade_summary(bad, "somewhere/summary.json")
 
 
+def test_a_summary_or_manifest_from_a_newer_harness_says_so_and_an_old_one_upgrades_one_step_at_a_time():
+    newer = store.SUMMARY_VERSION + 1
+    with pytest.raises(HarnessError, match=f"stored in summary version {newer}, newer than this harness reads "
+                                           f"\\(up to {store.SUMMARY_VERSION}\\): upgrade the harness"):
+        store.upgrade_summary({"summary_version": newer, "metrics": [], "claims": []}, "s")
+    with pytest.raises(HarnessError, match=f"stored in run format {store.FORMAT_VERSION + 1}, newer"):
+        store.upgrade_manifest({"format_version": store.FORMAT_VERSION + 1}, "m")
+    # every step from each version to the next exists, so any readable version reaches the current one
+    assert all(v in store._SUMMARY_STEPS for v in store.SUMMARY_VERSIONS if v < store.SUMMARY_VERSION)
+    v1 = store.upgrade_summary({"summary_version": 1, "metrics": [], "claims": [{"verdict": "reproduced", "n": 3}]})
+    assert v1["claims"][0]["error_family"] == "none (version 1)" and v1["claims"][0]["primary"] == ""
+
+
 def test_load_summary_names_a_missing_or_malformed_file(tmp_path):
     d = tmp_path / "r"
     d.mkdir()

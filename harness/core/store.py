@@ -404,6 +404,9 @@ def upgrade_manifest(d: Any, source: str = "manifest") -> Manifest:
     if not isinstance(d, dict):
         raise HarnessError(f"{source}: malformed manifest.json (not a JSON object)")
     version = d.get("format_version")
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise HarnessError(f"{source}: stored in run format {version}, newer than this harness reads "
+                           f"(up to {FORMAT_VERSION}): upgrade the harness to read it")
     if version not in READABLE_FORMATS:
         raise HarnessError(f"{source}: run format {version} is not a format this harness "
                            f"reads ({', '.join(map(str, READABLE_FORMATS))})")
@@ -479,6 +482,9 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
     if not isinstance(d, dict):
         raise HarnessError(f"{source}: malformed summary: expected a JSON object, got {type(d).__name__}")
     version = d.get("summary_version", 1)
+    if isinstance(version, int) and version > SUMMARY_VERSION:
+        raise HarnessError(f"{source}: stored in summary version {version}, newer than this harness reads "
+                           f"(up to {SUMMARY_VERSION}): upgrade the harness to read it")
     if version not in SUMMARY_VERSIONS:
         raise HarnessError(f"{source}: summary version {version!r} is not one this harness reads "
                            f"({', '.join(map(str, SUMMARY_VERSIONS))})")
@@ -486,28 +492,43 @@ def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
         rows = d.get(key, [])
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise HarnessError(f"{source}: malformed summary: `{key}` is not a list of rows")
-    out = dict(d)
-    metrics = [dict(r) for r in d.get("metrics", [])]
-    claims = [dict(r) for r in d.get("claims", [])]
-    if version == 1:
-        for r in metrics:
-            r.setdefault("estimate", r.get("median"))
-            r.setdefault("estimate_from", "median (v1)")
-        for r in claims:
-            r.setdefault("verdict_raw", r.get("verdict"))
-            r.setdefault("n_used", r.get("n"))
-            r.setdefault("n_ran", r.get("n"))
-            r.setdefault("estimate", r.get("value"))
-            r.setdefault("ci_level", 0.95)
-            r.setdefault("p_adjusted", None)
-    if version < 3:
-        for r in claims:
-            r.setdefault("primary", "")
-            r.setdefault("error_family", "all rows (Holm, version 2)" if version == 2 else "none (version 1)")
+    out = dict(d, metrics=[dict(r) for r in d.get("metrics", [])], claims=[dict(r) for r in d.get("claims", [])])
+    for step in range(version, SUMMARY_VERSION):   # one step per version, oldest first
+        _SUMMARY_STEPS[step](out)
     if version < SUMMARY_VERSION:
         out["upgraded_from"] = version
-    out.update(summary_version=SUMMARY_VERSION, metrics=metrics, claims=claims)
+    out["summary_version"] = SUMMARY_VERSION
     return out
+
+
+def _summary_1_to_2(s: dict[str, Any]) -> None:
+    """Version 1 kept no estimate that belongs to the interval, no raw verdict, one n."""
+    for r in s["metrics"]:
+        r.setdefault("estimate", r.get("median"))
+        r.setdefault("estimate_from", "median (v1)")
+    for r in s["claims"]:
+        r.setdefault("verdict_raw", r.get("verdict"))
+        r.setdefault("n_used", r.get("n"))
+        r.setdefault("n_ran", r.get("n"))
+        r.setdefault("estimate", r.get("value"))
+        r.setdefault("ci_level", 0.95)
+        r.setdefault("p_adjusted", None)
+        r.setdefault("error_family", "none (version 1)")
+
+
+def _summary_2_to_3(s: dict[str, Any]) -> None:
+    """Version 3 adjusts by lesson; a version-2 row was adjusted by Holm over every judged row."""
+    for r in s["claims"]:
+        r.setdefault("primary", "")
+        r.setdefault("error_family", "all rows (Holm, version 2)")
+
+
+def _summary_3_to_4(s: dict[str, Any]) -> None:
+    """Version 4 judges by bands that check size; the rows have the same keys, and an older row
+    keeps its verdict and band as they were (marked by `upgraded_from`)."""
+
+
+_SUMMARY_STEPS = {1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4}
 
 
 def summary_path(where: Run | Path) -> Path:
