@@ -130,9 +130,7 @@ def rows(summary: Mapping[str, Any], pooled: Mapping[str, Mapping[str, Any]],
     """One dict per lesson: `lesson` (seed: short name), `do`, `here`, `across` (`across_text`, or
     each kind's word where the kinds of processor disagree: `split_by_kind`), and `word` (the word
     the row stands on: the pooled one where there is one, else the reference run's)."""
-    by_id: dict[str, Mapping[str, Any]] = {}
-    for c in summary.get("claims", []):
-        by_id.setdefault(str(c.get("claim_id")), c)
+    by_id = findings.claims_by_id(summary)
     out = []
     for lesson in findings.LESSONS:
         claim = by_id.get(lesson.claims[0])

@@ -367,13 +367,19 @@ def sides_text(claim: Mapping[str, Any], lesson: Lesson, units: Mapping[str, str
     return "medians: " + " against ".join(parts)
 
 
+def claims_by_id(summary: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """A summary's claim rows by id, the first row per claim (the run's own interpreter's)."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for c in summary.get("claims", []):
+        by_id.setdefault(str(c.get("claim_id")), c)
+    return by_id
+
+
 def lesson_rows(summary: Mapping[str, Any], lessons: Sequence[Lesson] = LESSONS) -> list[dict[str, Any]]:
     """One dict per lesson: its words, the seed's figure, this run's figure, verdict and meaning.
 
     `summary` must already be upgraded (`load_summary` or `upgrade`)."""
-    by_id: dict[str, Mapping[str, Any]] = {}
-    for c in summary.get("claims", []):
-        by_id.setdefault(str(c.get("claim_id")), c)   # the first row per claim (the run's interpreter)
+    by_id = claims_by_id(summary)
     units = _units(summary)
     out = []
     for lesson in lessons:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -290,7 +291,8 @@ def lessons_html(run: Run) -> str:
                     f"<td>{_markdown_inline(r['do'])}</td><td>{_markdown_inline(r['here'])}</td>"
                     f"<td>{_markdown_inline(r['across'])}</td></tr>")
     legend = f'<p style="font-size:12px;color:#444">{_markdown_inline(answer.LEGEND)}</p>'
-    details = [_lesson_details(lesson, summ) for lesson in answer.findings.LESSONS]
+    by_id = answer.findings.claims_by_id(summ)
+    details = [_lesson_details(lesson, summ, by_id) for lesson in answer.findings.LESSONS]
     m = run.manifest
     servers = "; ".join(f"{role}: {html.escape(run.server_label(role))}" for role in m.get("servers", {}))
     about = (f"<p>Run <code>{html.escape(run.id)}</code> (profile <b>{html.escape(str(m.get('profile')))}</b>, "
@@ -300,14 +302,11 @@ def lessons_html(run: Run) -> str:
         "\n".join(details) + "\n\n" + about
 
 
-def _lesson_details(lesson: Any, summ: dict[str, Any]) -> str:
+def _lesson_details(lesson: Any, summ: dict[str, Any], by_id: Mapping[str, Any]) -> str:
     """One lesson's ledger rows in this run, each with its verdict and figure (the interval at the
     verdict's level beside the 90% one), in a collapsible section."""
     from . import findings
 
-    by_id: dict[str, Any] = {}
-    for c in summ.get("claims", []):
-        by_id.setdefault(str(c.get("claim_id")), c)
     items = []
     for claim_id in lesson.claims:
         c = by_id.get(claim_id)

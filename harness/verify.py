@@ -57,16 +57,17 @@ class Permissions:
 
 
 def plan(path: str | Path, confirmed_hosts: tuple[str, ...] = (),
-         permissions: Permissions = Permissions()) -> tuple[workload_file.Workload, dict[str, Any]]:
-    """The checked workload and the experiment's parameter overrides; nothing is contacted."""
+         permissions: Permissions = Permissions()) -> tuple[workload_file.Workload, dict[str, Any], Any]:
+    """The checked workload, the experiment's parameter overrides, and its parameters as the run will
+    resolve them (their own checks passed); nothing is contacted."""
     w = workload_file.load(path)
     workload_file.confirm_target(w, confirmed_hosts, str(path))
     load = w.load.model_dump()
     overrides: dict[str, Any] = {k: load[k] for k in LOAD_PARAMETERS[w.family]}
     overrides["workload"] = json.dumps(w.body(), sort_keys=True)
     overrides.update(permissions.overrides(w.family))
-    study.plan([w.experiment], "full", overrides, w.load.repeats)   # the parameters' own checks
-    return w, overrides
+    params = study.plan([w.experiment], "full", overrides, w.load.repeats)[0].params
+    return w, overrides, params
 
 
 @contextmanager
@@ -96,7 +97,7 @@ def check_reachable(w: workload_file.Workload) -> None:
         servers.check_mongodb(w.target, "target")
 
 
-def preflight(w: workload_file.Workload, overrides: dict[str, Any]) -> None:
+def preflight(w: workload_file.Workload, planned: Any) -> None:
     """The PostgreSQL guards and pre-flight on the file's target (a MongoDB workload is a find,
     nothing to try): the role's rights, what the statements reach, the pre-flight, the row counters."""
     if w.target == "local" or w.postgres is None:
@@ -105,7 +106,6 @@ def preflight(w: workload_file.Workload, overrides: dict[str, Any]) -> None:
 
     params = {name: g.model_dump() for name, g in w.postgres.params.items()}
     gens = verify_postgres.generators(w.target, params, w.seed)
-    planned = study.plan([w.experiment], "full", overrides, w.load.repeats)[0].params
     assert isinstance(planned, verify_postgres.VerifyPostgresParams)
     verify_postgres.guarded_preflight(w.target, w.body(), gens, planned)
 
@@ -114,10 +114,10 @@ def prepare(path: str | Path, confirmed_hosts: tuple[str, ...] = (), data_dir: P
             permissions: Permissions = Permissions()) -> tuple[workload_file.Workload, dict[str, Any]]:
     """`plan()`, then the data directory, the target, the guards and the pre-flight: every input
     error, and every statement the server or the guards refuse, before a run starts."""
-    w, overrides = plan(path, confirmed_hosts, permissions)
+    w, overrides, planned = plan(path, confirmed_hosts, permissions)
     store.check_writable(data_dir)
     check_reachable(w)
-    preflight(w, overrides)
+    preflight(w, planned)
     return w, overrides
 
 

@@ -688,7 +688,7 @@ def leave_one_out(summaries: Iterable[RunRecord | Sequence[Any]], claim_id: str,
                   match: str = "version", level: float = LEVEL, own_noise: bool = True) -> dict[str, Any]:
     """The new-run range checked on the runs themselves: each run the lesson pools, left out in turn,
     against the prediction interval the others give with that run's own standard error as se_new
-    (`own_noise` False: with none, the range before issue 65, which left a run's own noise out).
+    (`own_noise` False: with none, a range that leaves a run's own noise out).
     {"claim_id", "runs" (pooled), "checked" (runs the others gave a range for: it needs 3 boots),
     "inside", "coverage" (inside / checked, None if none checked), "outside" (short ids),
     "median_width" (the ranges' median high / low, ratio scale)}."""
