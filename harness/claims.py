@@ -64,7 +64,6 @@ by each model's throughput against the pool bound measured from calibration requ
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -74,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from .core import calibration, num, stats
+from .core.errors import HarnessError
 from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
     COLUMNS,
     COMPARISONS,
@@ -125,35 +125,52 @@ SHOWN_LEVEL = stats.CONFIDENCE   # absolute rows, shown and not judged: the 95% 
 
 # -- per-repeat figures of a run --------------------------------------------------------------------
 
-def analysis_paths() -> list[str]:
-    """Dotted paths of the analysis modules, from the registry (the one discovery: each experiment
-    declares its module as `Experiment.analysis`)."""
+def experiment_metrics(run: Run, name: str) -> pd.DataFrame:
+    """Experiment `name`'s per-repeat figures of `run` (contract C1), as it declares and computes
+    them (`Experiment.metrics`, `compute_metrics`); empty when the run holds no repeat of it."""
     from . import registry
+    from .experiments.analysis import MetricRows
 
-    return sorted({e.analysis for e in registry.all_experiments().values() if getattr(e, "analysis", None)})
+    exp = registry.get(name)
+    rows = MetricRows(name, exp.metrics)
+    if name in run.experiments and run.repeat_dirs(name):
+        exp.compute_metrics(run, rows)
+    return rows.frame()
+
+
+def run_metrics(run: Run) -> pd.DataFrame:
+    """Every experiment's per-repeat figures of `run` in one frame (contract C1); an experiment
+    that cannot compute its figures raises (collect_frame is the forgiving one, for the summary)."""
+    frame, errors = collect_frame(run)
+    if errors:
+        name, error = next(iter(errors.items()))
+        raise HarnessError(f"{name} could not compute its figures: {error}")
+    return frame
+
+
+def named(run: Run) -> dict[str, float]:
+    """{dotted name: median over repeats} of run_metrics(run): for notebooks that print figures."""
+    from .experiments.analysis import named_medians
+
+    return named_medians(run_metrics(run))
 
 
 def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Every analysis module's per-repeat figures (contract C1) in one frame, and the errors of
-    modules that could not compute theirs (their claims stay unmeasured; the rest go on)."""
+    """Every registered experiment's per-repeat figures (contract C1) in one frame, and the errors of
+    experiments that could not compute theirs (their claims stay unmeasured; the rest go on)."""
+    from . import registry
     from .experiments.analysis import METRIC_COLUMNS
 
     frames, errors = [], {}
     try:
-        paths = analysis_paths()
+        names = list(registry.all_experiments())
     except Exception as e:  # an experiment module that does not import
         return pd.DataFrame(columns=list(METRIC_COLUMNS)), {"harness.registry": f"{type(e).__name__}: {e}"}
-    for path in paths:
-        name = path.rsplit(".", 1)[-1]
-        try:  # one module at a time: a module that fails leaves only its own claims unmeasured
-            got = importlib.import_module(path).metrics(run)
+    for name in names:
+        try:  # one experiment at a time: one that fails leaves only its own claims unmeasured
+            frames.append(experiment_metrics(run, name))
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"
-            continue
-        if not isinstance(got, pd.DataFrame) or not set(METRIC_COLUMNS) <= set(got.columns):
-            errors[name] = "metrics(run) did not return the per-repeat frame of contract C1"
-            continue
-        frames.append(got[list(METRIC_COLUMNS)])
     frames = [f for f in frames if not f.empty]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(METRIC_COLUMNS))
     return frame, errors

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import registry
+from . import claims, registry
 from .core import figures, stats
 from .core.errors import HarnessError
 from .core.store import Run
@@ -122,14 +122,9 @@ def aggregate(frame: pd.DataFrame, by: str | Sequence[str], values: str | Sequen
 
 
 def metrics(run: Run, experiment: str) -> pd.DataFrame:
-    """The experiment's per-repeat figures (its analysis module's `metrics(run)`, contract C1),
-    aggregated over repeats: variant, metric, unit, better, n, median, ci_low, ci_high, cv,
-    unstable, stability."""
-    module = registry.analysis_of(experiment)
-    if module is None:
-        raise HarnessError(f"experiment {experiment} declares no analysis module")
-    frame = module.metrics(run)
-    frame = frame[frame["experiment"] == experiment]
+    """The experiment's per-repeat figures (its own `compute_metrics`, contract C1), aggregated
+    over repeats: variant, metric, unit, better, n, median, ci_low, ci_high, cv, unstable, stability."""
+    frame = claims.experiment_metrics(run, experiment)
     out = aggregate(frame, by=["variant", "metric", "unit", "better"], values="value")
     return out.drop(columns="figure")
 

@@ -67,12 +67,6 @@ def load(name: str, module: str) -> Experiment:
     return exp if isinstance(exp, Experiment) and exp.name == name else get(name)
 
 
-def analysis_modules() -> dict[str, ModuleType]:
-    """Dotted path -> module, for every analysis module an experiment names (each once, sorted)."""
-    paths = sorted({e.analysis for e in all_experiments().values() if getattr(e, "analysis", None)})
-    return {path: importlib.import_module(path) for path in paths}
-
-
 def analysis_of(name: str) -> ModuleType | None:
     """The analysis module of experiment `name`, or None if it declares none."""
     path = getattr(get(name), "analysis", None)
@@ -96,49 +90,40 @@ def drivers() -> dict[str, tuple[str, ...]]:
     return {package: tuple(users) for package, users in out.items()}
 
 
-# -- experiment versions (issue 22 point 12) --------------------------------------------------------
-# As asv versions each benchmark by its code: an experiment's version is a short hash of the source
-# of what defines its figures -- its own module, its analysis module, the workload modules it uses
-# (followed through their imports) -- and of its resolved parameters. Two runs whose version of an
-# experiment differs did not measure the same thing; `harness compare` says so.
+# -- experiment versions ----------------------------------------------------------------------------
+# As asv versions each benchmark by its own source: an experiment's version is a short hash of its own
+# code, read as syntax trees (docstrings and comments left out), and of its resolved parameters. Its
+# own module counts whole; from there the walk follows, definition by definition, every name the code
+# uses that a workload module defines (a function, a class, a constant; the family's analysis
+# included, since the metrics the experiment declares are computed there), and every module it runs as
+# a program (a dotted module named in a string, or a package of its folder named so) whole. A
+# sibling's code, the shared kit and the core's statistics are outside: editing them leaves the
+# version as it was. An experiment may set `version = "..."` by hand; it then stands for the code.
 
-# Modules that define a workload, whose source counts towards the version of an experiment that
-# imports them (directly or through another of them): every module of a family's folder (its
-# workload, its apps, its shared parameters, another family's analysis it reads), the datasets and
-# the open-loop generator; not the kit every family shares (`experiments.base`, `experiments.analysis`).
+# Modules whose definitions a version follows: every module of a family's folder (its workload, its
+# apps, its analysis, another family's module it uses), the datasets and the open-loop generator; not
+# the kit every family shares (`experiments.base`, `experiments.analysis`).
 WORKLOAD_MODULES = ("harness.core.openloop", "harness.core.datasets")
 SHARED_KIT = ("harness.experiments.base", "harness.experiments.analysis")
 VERSION_CHARS = 12
 _DECLARES = re.compile(r"^EXPERIMENT\s*=", re.MULTILINE)
 _MODULE_TEXT = re.compile(r"^harness(\.[a-z_][a-z0-9_]*)+(:[A-Za-z_]\w*)?$")
+WHOLE = "*"   # in version_parts: the module counts whole
+
+
+_ROOT = Path(_pkg.__file__).parents[2]   # the folder that holds the `harness` package
 
 
 def _source_file(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
-
-
-def _imports(module: str, path: Path) -> set[str]:
-    """The absolute names of the modules `path` (module `module`) imports, relative imports resolved."""
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)   # `from .. import datasets`
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_TEXT.match(node.value):
-            out.add(node.value.split(":", 1)[0])   # a module run as a child: "harness.experiments.departures.child"
-    if path.name == "__init__.py":   # a package counts whole: the FastAPI family's apps, app and locustfile
-        out.update(f"{module}.{m.name}" for m in pkgutil.iter_modules([str(path.parent)]))
-    out.update(m.rsplit(".", k)[0] for m in list(out) for k in range(1, m.count(".")))   # and their packages
-    return out
+    """The source of a module of this package, found on disk without importing anything (finding a
+    spec imports the parents: an app's locustfile patches the interpreter on import)."""
+    if not module.startswith("harness.") and module != "harness":
+        return None
+    base = _ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def _is_workload(module: str) -> bool:
@@ -147,43 +132,159 @@ def _is_workload(module: str) -> bool:
     prefix = f"{_pkg.__name__}."
     if module in SHARED_KIT or not module.startswith(prefix):
         return False
-    # inside a family's folder; not the family's package itself, whose __init__ would count every
-    # experiment of the family (a package counts whole, as `apps` should)
-    return "." in module[len(prefix):]
+    return "." in module[len(prefix):]   # inside a family's folder, not the family's package itself
 
 
-def version_sources(name: str) -> dict[str, Path]:
-    """Module name -> source file of everything an experiment's version hashes (sorted by name)."""
+class _Module:
+    """One module's syntax tree, docstrings dropped: its top-level definitions by name and where
+    each name it imports comes from."""
+
+    def __init__(self, module: str, path: Path, text: str) -> None:
+        self.name, self.path = module, path
+        self.tree = _without_docstrings(ast.parse(text, str(path)))
+        self.package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        self.defs: dict[str, list[ast.stmt]] = {}
+        self.imports: dict[str, tuple[str, str | None]] = {}   # local name -> (module, attribute or None)
+        for node in self.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defs.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            self.defs.setdefault(n.id, []).append(node)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.imports[a.asname] = (a.name, None)
+                    else:
+                        self.imports[a.name.split(".")[0]] = (a.name.split(".")[0], None)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = self.package.split(".")
+                    parent = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                for a in node.names:
+                    self.imports[a.asname or a.name] = (base, a.name)
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+class _Walk:
+    """What an experiment's version hashes: {module: {name or WHOLE: normalised syntax tree}}.
+    `sources` (module -> text) stands in for files on disk: the tests edit code this way."""
+
+    def __init__(self, sources: dict[str, str] | None = None, skip: tuple[str, ...] = ()) -> None:
+        self.sources = sources or {}
+        self.skip = set(skip)   # module paths named only as declarations (the analysis module's path)
+        self.modules: dict[str, _Module | None] = {}
+        self.parts: dict[str, dict[str, str]] = {}
+
+    def module(self, name: str) -> _Module | None:
+        if name not in self.modules:
+            path = _source_file(name)
+            if path is None:
+                self.modules[name] = None
+            else:
+                text = self.sources.get(name)
+                self.modules[name] = _Module(name, path, text if text is not None else path.read_text())
+        return self.modules[name]
+
+    def whole(self, name: str) -> None:
+        mod = self.module(name)
+        if mod is None or WHOLE in self.parts.get(name, {}):
+            return
+        self.parts[name] = {WHOLE: ast.dump(mod.tree, include_attributes=False)}   # its definitions within
+        if mod.path.name == "__init__.py":   # a package run as a program counts whole: every module in it
+            for sub in pkgutil.iter_modules([str(mod.path.parent)]):
+                self.whole(f"{name}.{sub.name}")
+        self.follow(mod, mod.tree)
+
+    def definition(self, name: str, attr: str) -> None:
+        """`attr` as module `name` defines or imports it (followed only into workload modules)."""
+        if not _is_workload(name):
+            return
+        sub = f"{name}.{attr}"
+        if _source_file(sub) is not None:   # `from .. import datasets`: a module, not a definition
+            return
+        mod = self.module(name)
+        if mod is None:
+            return
+        done = self.parts.setdefault(name, {})
+        if WHOLE in done or attr in done:
+            return
+        if attr in mod.defs:
+            nodes = mod.defs[attr]
+            done[attr] = "\n".join(ast.dump(n, include_attributes=False) for n in nodes)
+            for n in nodes:
+                self.follow(mod, n)
+        elif attr in mod.imports:   # re-exported from another module
+            self.reference(*mod.imports[attr])
+
+    def reference(self, module: str, attr: str | None) -> None:
+        if attr is None:
+            return   # `import x`: its attributes are followed where they are used
+        sub = f"{module}.{attr}"
+        if _is_workload(sub) and _source_file(sub) is not None:
+            return   # a module imported by name: followed where its attributes are used
+        self.definition(module, attr)
+
+    def follow(self, mod: _Module, node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                if n.id in mod.defs:
+                    self.definition(mod.name, n.id)
+                elif n.id in mod.imports:
+                    self.reference(*mod.imports[n.id])
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in mod.imports:
+                base, attr = mod.imports[n.value.id]
+                target = f"{base}.{attr}" if attr else base   # `analysis.cursor_summary`, `datasets.Orders`
+                if _source_file(target) is not None:
+                    self.definition(target, n.attr)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                self.program(mod, n.value)
+
+    def program(self, mod: _Module, text: str) -> None:
+        """A module a string names, run as a program (a child, a server): it counts whole."""
+        if _MODULE_TEXT.match(text):
+            name = text.split(":", 1)[0]
+            if name not in self.skip and _is_workload(name):
+                self.whole(name)
+        elif re.fullmatch(r"[a-z_][a-z0-9_]*", text) and (mod.path.parent / text / "__init__.py").is_file():
+            self.whole(f"{mod.package}.{text}")   # a package of the module's folder, named by path
+
+
+def version_parts(name: str, sources: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """{module: {definition name, or WHOLE for a whole module: its syntax tree}}: everything
+    experiment `name`'s version hashes, docstrings and comments left out."""
     exp = get(name)
-    own = type(exp).__module__
-    todo = [own] + ([exp.analysis] if getattr(exp, "analysis", None) else [])
-    found: dict[str, Path] = {}
-    while todo:
-        module = todo.pop()
-        if module in found:
-            continue
-        path = _source_file(module)
-        if path is None:
-            continue
-        found[module] = path
-        if module == own or _is_workload(module):   # follow the workload's imports, not the analysis'
-            todo += [m for m in _imports(module, path) if _is_workload(m) and m not in found and _safe_spec(m)]
-    return dict(sorted(found.items()))
+    walk = _Walk(sources, skip=(exp.analysis,) if exp.analysis else ())
+    walk.whole(type(exp).__module__)
+    return {m: dict(sorted(p.items())) for m, p in sorted(walk.parts.items()) if p}
 
 
-def _safe_spec(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):   # `from .x import Name`: `x.Name` is not a module
-        return False
-
-
-def version(name: str, params: Any) -> str:
-    """A short hash of experiment `name`'s code (version_sources) and its resolved parameters (a
-    Params or its `to_dict()`): equal versions measured the same thing with the same settings."""
+def version(name: str, params: Any, sources: dict[str, str] | None = None) -> str:
+    """A short hash of experiment `name`'s own code (version_parts), or of the `version` it sets by
+    hand, and of its resolved parameters (a Params or its `to_dict()`): equal versions measured
+    the same thing with the same settings."""
     h = hashlib.sha256()
-    for module, path in version_sources(name).items():
-        h.update(module.encode() + b"\0" + path.read_bytes() + b"\0")
+    hand = get(name).version
+    if hand:
+        h.update(b"version\0" + str(hand).encode() + b"\0")
+    else:
+        for module, parts in version_parts(name, sources).items():
+            for part, tree in parts.items():
+                h.update(f"{module}:{part}".encode() + b"\0" + tree.encode() + b"\0")
     values = params.to_dict() if hasattr(params, "to_dict") else dict(params)
     h.update(json.dumps(values, sort_keys=True, default=str).encode())
     return h.hexdigest()[:VERSION_CHARS]

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import findings
+from harness import claims, findings
 from harness.core import config, stats, store
 from harness.experiments import analysis as kit
 from harness.experiments.analysis import CPU_REJECTED
@@ -87,7 +87,7 @@ def test_mongo_models_window_above_the_machine_loses_its_cpu(reference):
     assert bad["bottleneck"] == ""
     assert not math.isnan(bad["throughput_qps"])         # only the CPU figures go
     assert (t.drop(index=bad.name)["cpu_check"] == "").all()
-    m, m0 = mongo.metrics(run), mongo.metrics(reference)
+    m, m0 = claims.run_metrics(run), claims.run_metrics(reference)
     assert _rejected(m, "mongo_models") == 1 and _rejected(m0, "mongo_models") == 0
 
     def machine_figures(frame: pd.DataFrame) -> int:
@@ -126,7 +126,7 @@ def test_fastapi_hold_above_the_machine_loses_its_cpu(reference):
         for q in ("app_cpu_pct", "db_cpu_pct", "locust_cpu_pct", "machine_cpu_pct", "db_cpu_ms_per_request"):
             assert math.isnan(bad[q]), (experiment, q)
         assert int((t["cpu_check"] != "").sum()) == 1
-        assert _rejected(fastapi.metrics(run), experiment) == 1
+        assert _rejected(claims.run_metrics(run), experiment) == 1
 
 
 def test_departures_window_above_the_machine_loses_its_cpu(reference):
@@ -138,7 +138,7 @@ def test_departures_window_above_the_machine_loses_its_cpu(reference):
     w = departures.windows(run)
     bad = w[(w["repeat"] == w0["repeat"]) & (w["variant"] == w0["variant"])].iloc[0]
     assert bad["cpu_check"] and math.isnan(bad["cpu_us_per_req"])
-    assert _rejected(departures.metrics(run), "departures") == 1
+    assert _rejected(claims.run_metrics(run), "departures") == 1
 
 
 def test_departures_split_client_above_its_own_cores(reference):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from harness import registry
+from harness import claims, registry
 from harness.core import interpreters, store
 from harness.core.errors import HarnessError
 from harness.experiments.analysis import METRIC_COLUMNS
@@ -60,7 +60,7 @@ def test_cells_metrics_and_effects(factorial):
     c = analysis.cells(factorial)
     assert set(c["family"]) == {"mongo", "pg"}
     assert (c["cpu_ratio"] > 0).all()
-    m = analysis.metrics(factorial)
+    m = claims.run_metrics(factorial)
     assert list(m.columns) == list(METRIC_COLUMNS) and len(m)
     assert {"cpu_us_per_req", "ratio_change"} <= set(m["metric"])
     e = analysis.effects(factorial)
@@ -91,7 +91,7 @@ def test_every_postgres_window_has_the_gil_probe_beside_its_clients(factorial):
     inside = raw[raw["phase"] == "window"]
     assert (inside["offset_s"] >= 0).all() and (inside["offset_s"] <= inside["variant"].map(
         dict(zip(pg["variant"], pg["wall_s"])))).all()
-    m = analysis.metrics(factorial)
+    m = claims.run_metrics(factorial)
     gil = m[m["metric"] == "gil_wait_ms"]
     assert set(gil["variant"]) == set(pg["variant"])
     table = analysis.gil_table(factorial)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry, study
+from harness import claims, registry, study
 from harness.core import interpreters, store
 from harness.core.errors import HarnessError
 from harness.experiments.departures import analysis, experiment
@@ -86,7 +86,7 @@ def test_the_driver_factor_is_judged_by_the_same_rule(driver_run):
     assert list(d["level_read_back"]) == [f"pymongo {OTHER}"]
     assert d["seed_ratio"].iloc[0] == pytest.approx(analysis.seed_ratios()[("mongo", "async")]["ratio"])
     assert d["verdict"].iloc[0].startswith("not shown")   # one repeat: no interval, no verdict
-    m = analysis.metrics(driver_run)
+    m = claims.run_metrics(driver_run)
     v = f"mongo_async[factor=driver,level=pymongo-{OTHER}]"
     assert set(m.loc[m["variant"] == v, "metric"]) == {"ratio_change", "threads_cpu_change", "async_cpu_change"}
     c = analysis.cell_table(driver_run)

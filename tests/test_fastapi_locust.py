@@ -23,6 +23,7 @@ from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from conftest import experiment_tables
 
+from harness import claims
 from harness.core import datasets, processes
 from harness.experiments.analysis import CPU_REJECTED
 from harness.experiments.fastapi import analysis
@@ -215,7 +216,7 @@ def test_smoke_run_is_well_formed(smoke_run):
     summary = analysis.summary_table(run)
     assert sorted(summary["variant"]) == sorted(SMOKE.variants)
     assert summary["bottleneck"].isin(analysis.BOTTLENECKS).all()
-    m = analysis.metrics(run)
+    m = claims.run_metrics(run)
     assert list(m.columns) == ["experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck"]
     for v in SMOKE.variants:
         got = set(m.loc[m["variant"] == v, "metric"])
@@ -274,7 +275,7 @@ def test_openloop_experiment_offers_every_variant_the_same_rates(smoke_run):
         assert sorted(g["rate"]) == pytest.approx(expected)
     assert (measured["sent"] > 0).all()
 
-    m = analysis.metrics(smoke_run)
+    m = claims.run_metrics(smoke_run)
     m = m[m["experiment"] == "fastapi_openloop"]
     assert m.loc[m["variant"] == "reference", "metric"].tolist() == ["capacity_rps"]
     for f in smoke.rate_fractions:

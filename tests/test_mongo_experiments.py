@@ -16,6 +16,7 @@ import nbformat
 import pandas as pd
 import pytest
 
+from harness import claims
 from harness.core import store
 from harness.experiments.mongo import analysis as mongo
 from tests.conftest import experiment_tables
@@ -170,7 +171,7 @@ def test_models_charge_database_cpu_and_name_a_bottleneck(run_experiment, tmp_pa
     store.write_json_atomic(tmp_path / "manifest.json", {
         "format_version": store.FORMAT_VERSION, "run_id": "test", "servers": {},
         "experiments": {"mongo_models": {"status": "ok", "params": params}}})
-    m = mongo.metrics(store.Run(tmp_path))
+    m = claims.run_metrics(store.Run(tmp_path))
     models = m[m.experiment == "mongo_models"]
     assert {"db_cpu_pct", "client_cpu_pct", "client_cpu_wait_pct", "machine_cpu_pct",
             "db_cpu_us_per_query"} <= set(models.metric)
@@ -217,7 +218,7 @@ def test_the_stall_figures_split_wall_clock_into_own_cpu_and_wait():
 
 
 def test_metrics_name_every_seed_quantity(mongo_run):
-    m = mongo.named(mongo_run)
+    m = claims.named(mongo_run)
     for name in ["mongo_cursor.default.max_stall_ms", "mongo_cursor.batch_size_1000.max_stall_ms",
                  "mongo_cursor.batch_size_1000.max_stall_run_ms", "mongo_cursor.batch_size_1000.max_stall_wait_share",
                  "mongo_cursor.default.total_s", "mongo_cursor.batch_size_1000.total_s",

@@ -10,7 +10,7 @@ import math
 import pytest
 from conftest import repeat_tables
 
-from harness import registry
+from harness import claims, registry
 from harness.core import placement, stats
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.postgres import analysis as postgres
@@ -169,10 +169,10 @@ def test_pg_models_analysis(models_run, tmp_path):
         # held = hand-over to release: at least the queries' own span (hold_s), at most the latency
         assert mine["hold_s"].mean() * 1000 <= r["held_ms"] <= mine["latency_s"].mean() * 1000
         assert math.isclose(r["held_over_db_time"], r["held_ms"] / r["db_time_ms"])
-    frame = postgres.metrics(run)  # contract C1: one row per figure and repeat
+    frame = claims.run_metrics(run)  # contract C1: one row per figure and repeat
     assert list(frame.columns) == list(METRIC_COLUMNS) and (frame["repeat"] == 0).all()
     assert frame["value"].notna().all() and set(frame["better"]) <= {"higher", "lower", ""}
-    m = postgres.named(run)
+    m = claims.named(run)
     p = models_run[0]
     for model in p.models:
         for slow in p.slow_ms:
@@ -215,7 +215,7 @@ def test_pg_ceiling_shape_and_sanity(ceiling_run):
 
 def test_pg_ceiling_metrics(ceiling_run, tmp_path):
     run = _as_run(ceiling_run, "pg_ceiling", tmp_path)
-    m = postgres.named(run)
+    m = claims.named(run)
     assert m["pg_ceiling.fast.tps"] > 0 and m["pg_ceiling.slow.tps"] > 0
     t = postgres.ceiling_table(run)
     assert (t["rps"] > 0).all()

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from conftest import REPO_ROOT
 
-from harness import registry
+from harness import claims, registry
 from harness.core import calibration, store
 from harness.core.errors import HarnessError
-from harness.experiments.base import Metric, check_table, grid, variant_id
+from harness.experiments.analysis import MetricRows
+from harness.experiments.base import Experiment, Metric, check_table, grid, variant_id
 
 NAMES = list(registry.all_experiments())
 
@@ -35,8 +36,15 @@ def test_declarations(name):
     assert exp.repeats.get("seed", 0) >= 3, exp.repeats
     module = registry.analysis_of(name)
     assert module is not None, f"{name} declares no analysis module"
-    assert callable(getattr(module, "metrics", None)), f"{exp.analysis} has no metrics(run)"
-    # the traits the summary, compare and report read instead of the name (issue 33, item 3)
+    # every figure it gives is declared once, with a unit and a direction; the headline among them
+    names = [m.name for m in exp.metrics]
+    assert names and len(names) == len(set(names)), f"{name} declares no figures, or one twice"
+    assert all(m.unit for m in exp.metrics), f"{name}: a declared figure without a unit"
+    assert type(exp).compute_metrics is not Experiment.compute_metrics, f"{name} computes no figures"
+    for h in exp.headline:
+        declared = MetricRows(name, exp.metrics).declared(h.name)
+        assert (declared.unit, declared.better) == (h.unit, h.better), f"{name}: headline {h} not as declared"
+    # the traits the summary, compare and report read instead of the name
     assert exp.family, f"{name} declares no family"
     assert exp.ceiling in (*calibration.CEILINGS, None), exp.ceiling
     assert exp.drivers and all(isinstance(d, str) for d in exp.drivers), f"{name} declares no drivers"
@@ -66,7 +74,7 @@ def test_stored_tables_are_on_schema(smoke_run: store.Run, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_analysis_names_the_headline_metrics(smoke_run: store.Run, name):
     exp = registry.get(name)
-    frame = registry.analysis_of(name).metrics(smoke_run)
+    frame = claims.experiment_metrics(smoke_run, name)
     mine = frame[frame["experiment"] == name]
     assert len(mine), f"{exp.analysis}.metrics gives no figure of {name}"
     for m in exp.headline:
@@ -144,9 +152,10 @@ def test_schema_check_names_the_table_and_columns(table, frame, words):
 @pytest.mark.parametrize("name", NAMES)
 def test_version_hashes_the_experiments_code_and_its_resolved_parameters(name):
     exp = registry.get(name)
-    sources = registry.version_sources(name)
-    assert type(exp).__module__ in sources and exp.analysis in sources, list(sources)
-    assert "harness.experiments.base" not in sources and "harness.core.stats" not in sources
+    parts = registry.version_parts(name)
+    assert parts[type(exp).__module__] == {registry.WHOLE: parts[type(exp).__module__][registry.WHOLE]}
+    assert "harness.experiments.base" not in parts and "harness.core.stats" not in parts
+    assert any(m.endswith(".analysis") for m in parts), "the metric code it declares is part of its version"
     full, smoke = exp.params("full"), exp.params("smoke")
     v = registry.version(name, full)
     assert len(v) == registry.VERSION_CHARS and v == registry.version(name, full.to_dict())
@@ -154,23 +163,73 @@ def test_version_hashes_the_experiments_code_and_its_resolved_parameters(name):
         assert registry.version(name, smoke) != v, "the parameters are part of the version"
 
 
-def test_version_follows_the_workload_modules_an_experiment_uses(monkeypatch, tmp_path):
-    assert {"harness.experiments.mongo.workload", "harness.core.datasets"} \
-        <= set(registry.version_sources("mongo_pool"))
-    assert "harness.experiments.postgres.workload" not in registry.version_sources("mongo_pool")
-    # a sibling experiment of the family's folder, and the family's package, are not part of it
-    hashed = set(registry.version_sources("mongo_pool"))
-    assert not {"harness.experiments.mongo.cursor", "harness.experiments.mongo"} & hashed
-    # a module run as a child ("harness.experiments.departures.child") and a package used by name (the FastAPI app
-    # and the locustfile beside it) count too
-    assert "harness.experiments.departures.child" in registry.version_sources("departures")
-    assert {"harness.experiments.fastapi.apps.listings_api", "harness.experiments.fastapi.apps.locustfile",
-            "harness.experiments.fastapi.params"} <= set(registry.version_sources("fastapi_locust"))
-    # editing a workload module's source changes the version
+def _source(module: str) -> str:
+    return registry._source_file(module).read_text()
+
+
+def _edited(module: str, old: str, new: str) -> dict[str, str]:
+    text = _source(module)
+    assert text.count(old) >= 1, f"{old!r} not in {module}"
+    return {module: text.replace(old, new, 1)}
+
+
+def _versions(sources: dict[str, str] | None = None) -> dict[str, str]:
+    return {n: registry.version(n, registry.get(n).params("full"), sources) for n in NAMES}
+
+
+def test_an_experiments_version_is_its_own_code():
+    before = _versions()
+    # a sibling's code: only the sibling moves
+    sibling = _edited("harness.experiments.mongo.bulk", "rows.put(\"\", \"dup_index\", rep, r.dup_index)",
+                      "rows.put(\"\", \"dup_index\", rep, r.dup_index + 0)")
+    after = _versions(sibling)
+    assert {n for n in NAMES if after[n] != before[n]} == {"mongo_bulk"}
+    # a docstring and a comment of its own module: nothing moves
+    text = _source("harness.experiments.mongo.pool")
+    quiet = text.replace('"""', '"""Edited. ', 1) + "\n# a comment added\n"
+    assert _versions({"harness.experiments.mongo.pool": quiet}) == before
+    # a shared workload function it calls: it moves, and so does every experiment that calls it
+    # (mongo_bulk does not use the pool-fairness driver)
+    workload = _edited("harness.experiments.mongo.workload", "def async_variant(ctx: Any, variant: str, *,",
+                       "def async_variant(ctx: Any, variant: str, *, _unused=0,")
+    moved = {n for n, v in _versions(workload).items() if v != before[n]}
+    assert "mongo_pool" in moved and "mongo_bulk" not in moved and "pg_models" not in moved, moved
+    # the family analysis: a function of another experiment's metrics leaves it alone, its own moves it
+    other = _edited("harness.experiments.mongo.analysis", "def bulk_duplicates(run: Run) -> pd.DataFrame:\n",
+                    "def bulk_duplicates(run: Run) -> pd.DataFrame:\n    run = run\n")
+    moved = {n for n, v in _versions(other).items() if v != before[n]}
+    assert moved == {"mongo_bulk"}, moved
+
+
+def test_a_version_set_by_hand_stands_for_the_code(monkeypatch):
     params = registry.get("mongo_pool").params("full")
-    before = registry.version("mongo_pool", params)
-    real = registry.version_sources("mongo_pool")
-    copy = tmp_path / "mongo_workload.py"
-    copy.write_text(real["harness.experiments.mongo.workload"].read_text() + "\n# changed\n")
-    monkeypatch.setattr(registry, "version_sources", lambda name: {**real, "harness.experiments.mongo.workload": copy})
-    assert registry.version("mongo_pool", params) != before
+    monkeypatch.setattr(type(registry.get("mongo_pool")), "version", "2")
+    by_hand = registry.version("mongo_pool", params)
+    own = _edited("harness.experiments.mongo.pool", "MODES = (", "MODES = ((), ")
+    assert registry.version("mongo_pool", params, own) == by_hand, "the code is not read"
+    assert registry.version("mongo_pool", registry.get("mongo_pool").params("smoke")) != by_hand
+
+
+def test_version_follows_workload_definitions_and_programs():
+    parts = registry.version_parts("mongo_pool")
+    assert "harness.experiments.mongo.workload" in parts and "harness.core.datasets" in parts
+    assert "harness.experiments.postgres.workload" not in parts
+    # a sibling experiment of the family's folder, and the family's package, are not part of it
+    assert not {"harness.experiments.mongo.cursor", "harness.experiments.mongo"} & set(parts)
+    # a module run as a child ("harness.experiments.departures.child") and a package of the folder named
+    # by path (the FastAPI app and the locustfile beside it) count whole
+    assert registry.version_parts("departures")["harness.experiments.departures.child"].keys() == {registry.WHOLE}
+    fastapi = registry.version_parts("fastapi_locust")
+    assert {"harness.experiments.fastapi.apps.listings_api", "harness.experiments.fastapi.apps.locustfile",
+            "harness.experiments.fastapi.params"} <= set(fastapi)
+
+
+def test_a_version_recorded_before_own_code_versions_reads_as_todays_name():
+    aliases = store._version_aliases()
+    assert aliases, "the one-off map from versions of the old scheme"
+    for name, pairs in aliases.items():
+        assert len(set(pairs.values())) == len(pairs), f"{name}: two old versions map to one new"
+        old, new = next(iter(pairs.items()))
+        manifest = {"experiments": {name: {"version": old}, "other": {"version": "0123456789ab"}}}
+        assert store.experiment_versions(manifest) == {name: new, "other": "0123456789ab"}
+        assert store.experiment_version(manifest, name) == new and store.experiment_version({}, name) is None

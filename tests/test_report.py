@@ -19,7 +19,7 @@ import nbformat
 import pytest
 from conftest import snapshot
 
-from harness import findings, notebook, registry, report
+from harness import claims, findings, notebook, registry, report
 from harness.core import store
 from harness.core.errors import HarnessError
 
@@ -107,7 +107,7 @@ def test_notebook_tables_hold_the_runs_figures(built, nb, experiments):
         assert f"{e}.headline" in tables, f"{nb} showed no headline table of {e}: {sorted(tables)}"
         shown = tables[f"{e}.headline"]
         exp = registry.get(e)
-        frame = registry.analysis_of(e).metrics(built.run)
+        frame = claims.experiment_metrics(built.run, e)
         frame = frame[(frame["experiment"] == e) & frame["metric"].isin([m.name for m in exp.headline])]
         assert len(shown) == frame.groupby(["variant", "metric"]).ngroups > 0
         for _, row in shown.iterrows():

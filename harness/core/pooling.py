@@ -119,7 +119,7 @@ from scipy import stats as sps
 from scipy.optimize import brentq
 from statsmodels.stats.meta_analysis import combine_effects
 
-from . import ledger, num, store
+from . import checked, ledger, num, store
 from .errors import HarnessError
 from .verdicts import (
     DIRECTION_NO_FIGURE,
@@ -535,6 +535,9 @@ class RunRecord:
     versions: Mapping[str, str | None] | None = None
     profile: str | None = None
     cpu_model: str | None = None
+    # what keeps its figures apart from another run's (checked.apart: per experiment, the checked
+    # metadata that does not pool); None: only `versions` is known (a record built by hand)
+    apart: Mapping[str, tuple[Any, ...]] | None = None
 
     @property
     def run_profile(self) -> str | None:
@@ -559,7 +562,8 @@ def record(summary: Mapping[str, Any], manifest: Mapping[str, Any], fallback_id:
     recorded = versions if any(versions.values()) else None
     return RunRecord(run_id=str(summary.get("run_id") or manifest.get("run_id") or fallback_id),
                      boot_id=store.boot_id(manifest), summary=summary, versions=recorded,
-                     profile=manifest.get("profile"), cpu_model=store.cpu_model(manifest))
+                     profile=manifest.get("profile"), cpu_model=store.cpu_model(manifest),
+                     apart=checked.apart(manifest) if recorded else None)
 
 
 def processor_kind(cpu_model: str | None) -> str | None:
@@ -628,8 +632,12 @@ def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:
         # the row's own definition too: a row whose figures were redefined measures something else
         key += (rules_version(run.summary), str(row.get("a") or ""), str(row.get("b") or ""))
     if match == "version":
-        vs = None if run.versions is None else tuple((e, run.versions.get(e)) for e in experiments_read(row))
-        key += (vs,)
+        # the checked metadata that does not pool (core.checked): each experiment's version and
+        # parameters, the product of each server it needs
+        if run.apart is not None:
+            key += (tuple((e, run.apart.get(e)) for e in experiments_read(row)),)
+        else:
+            key += (None if run.versions is None else tuple((e, run.versions.get(e)) for e in experiments_read(row)),)
     return key
 
 

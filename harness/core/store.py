@@ -39,6 +39,7 @@ failed cell's rows stay on disk as raw data but never enter a table as if clean.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -588,10 +589,27 @@ def cpu_model(manifest: Mapping[str, Any]) -> str | None:
     return machine_record(manifest).get("cpu_model") or None
 
 
+VERSION_ALIASES = Path(__file__).with_name("version_aliases.json")
+
+
+@functools.lru_cache(maxsize=1)
+def _version_aliases() -> dict[str, dict[str, str]]:
+    return json.loads(VERSION_ALIASES.read_text())["aliases"]
+
+
+def experiment_version(manifest: Mapping[str, Any], name: str) -> str | None:
+    """The version of experiment `name` the run recorded (`experiments.<name>.version`), read as
+    today's harness names it: a version recorded before versions were hashed from each experiment's
+    own syntax tree becomes that same code's version now (version_aliases.json, FORMAT)."""
+    rec = (manifest.get("experiments") or {}).get(name)
+    recorded = rec.get("version") if isinstance(rec, Mapping) else None
+    return _version_aliases().get(name, {}).get(recorded, recorded) if recorded else recorded
+
+
 def experiment_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
-    """Experiment name -> the version the run recorded for it (`experiments.<name>.version`)."""
+    """Experiment name -> the version the run recorded for it (experiment_version)."""
     exps = manifest.get("experiments") or {}
-    return {name: e.get("version") for name, e in exps.items() if isinstance(e, Mapping)}
+    return {name: experiment_version(manifest, name) for name, e in exps.items() if isinstance(e, Mapping)}
 
 
 def committed_manifests(data_dir: Path | None = None) -> list[Manifest]:

@@ -1,8 +1,9 @@
 """Raw tables -> summary tables and per-repeat metrics, per experiment family (used by notebooks,
 the claims and the run summary).
 
-Every analysis module exposes `metrics(run) -> pandas.DataFrame` in one long form, one row per
-figure and repeat (from ok cells only), built with `MetricRows`:
+Each experiment declares its figures (`Experiment.metrics`: name, unit, better direction) and
+computes them (`Experiment.compute_metrics(run, rows)`) into a `MetricRows`, whose frame is one long
+form, one row per figure and repeat (from ok cells only):
 
     experiment  str    e.g. "mongo_pool"
     variant     str    e.g. "bare"; "" for a figure of the experiment as a whole
@@ -27,7 +28,9 @@ from typing import Any
 import pandas as pd
 
 from ..core import stats
+from ..core.errors import HarnessError
 from ..core.measure import cpu_consistency
+from .base import Metric
 
 METRIC_COLUMNS = ("experiment", "variant", "metric", "unit", "repeat", "value", "better", "bottleneck")
 BUSY = 0.9   # a resource at or above this fraction of its capacity is saturated (every family's rules)
@@ -78,17 +81,16 @@ def fit_cpu(client_s: float, server_s: float, machine_s: float, wall_s: float,
     return client_s, server_s, machine_s, ""
 
 
-def put_cpu_rejected(rows: MetricRows, experiment: str, table: pd.DataFrame) -> None:
+CPU_REJECTED_METRIC = Metric(CPU_REJECTED, "windows", "lower")   # declared by each experiment that puts it
+
+
+def put_cpu_rejected(rows: MetricRows, table: pd.DataFrame) -> None:
     """`<experiment>.all.cpu_windows_rejected` per repeat: the windows of `table` (one row a window,
     with `repeat` and `cpu_check`) whose CPU readings did not fit the machine."""
     if table.empty or "cpu_check" not in table:
         return
     for rep, g in table.groupby("repeat"):
-        rows.put(experiment, "all", CPU_REJECTED, "windows", int(rep),
-                 int((g["cpu_check"].fillna("") != "").sum()), "lower")
-
-
-BETTER = ("higher", "lower", "")
+        rows.put("all", CPU_REJECTED, int(rep), int((g["cpu_check"].fillna("") != "").sum()))
 
 
 def metric_name(experiment: str, variant: str, metric: str) -> str:
@@ -97,30 +99,39 @@ def metric_name(experiment: str, variant: str, metric: str) -> str:
 
 
 class MetricRows:
-    """Collects per-repeat figures; `frame()` gives the long form above. NaN and None are skipped."""
+    """One experiment's per-repeat figures; `frame()` gives the long form above. Each figure's unit
+    and better direction come from the experiment's declaration (`Experiment.metrics`): a name it
+    does not declare is an error, never a guess. NaN and None are skipped."""
 
-    def __init__(self) -> None:
+    def __init__(self, experiment: str, declared: Sequence[Metric]) -> None:
+        self.experiment = experiment
+        self._exact = {m.name: m for m in declared if "{" not in m.name}
+        self._templates = [m for m in declared if "{" in m.name]
         self._rows: list[dict[str, Any]] = []
 
-    def put(self, experiment: str, variant: str, metric: str, unit: str, repeat: int, value: Any,
-            better: str = "", bottleneck: str = "") -> None:
-        if better not in BETTER:
-            raise ValueError(f"better must be one of {BETTER}, got {better!r}")
+    def declared(self, metric: str) -> Metric:
+        found = self._exact.get(metric) or next((m for m in self._templates if m.matches(metric)), None)
+        if found is None:
+            raise HarnessError(f"{self.experiment} puts figure {metric!r}, which its `metrics` do not declare")
+        return found
+
+    def put(self, variant: str, metric: str, repeat: Any, value: Any, bottleneck: str = "") -> None:
+        declared = self.declared(metric)
         if value is None:
             return
         v = float(value)
         if math.isnan(v):
             return
-        self._rows.append({"experiment": experiment, "variant": variant, "metric": metric, "unit": unit,
-                           "repeat": int(repeat), "value": v, "better": better, "bottleneck": bottleneck})
+        self._rows.append({"experiment": self.experiment, "variant": variant, "metric": metric,
+                           "unit": declared.unit, "repeat": int(repeat), "value": v,
+                           "better": declared.better, "bottleneck": bottleneck})
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self._rows, columns=list(METRIC_COLUMNS))
 
 
 def named_medians(frame: pd.DataFrame) -> dict[str, float]:
-    """{dotted name: median over repeats} of a metrics frame: what each family's `named(run)` gives
-    the notebooks that print figures."""
+    """{dotted name: median over repeats} of a metrics frame (`claims.named`, for printing figures)."""
     if frame.empty:
         return {}
     out = {}

@@ -46,6 +46,7 @@ import itertools
 import logging
 import math
 import numbers as numbers_
+import re
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -93,7 +94,9 @@ def grid(**axes: Any) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Metric:
-    """A headline figure of an experiment, as its analysis module names it in `metrics(run)`."""
+    """A figure an experiment declares (`Experiment.metrics`): its name, unit and better direction.
+    A `{field}` in the name stands for one word of letters, digits and underscores
+    (`openloop_r{k}_p99_ms`), for the figures a parameter multiplies."""
 
     name: str        # e.g. "max_stall_ms"
     unit: str        # e.g. "ms", "queries/s"
@@ -102,6 +105,12 @@ class Metric:
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower", ""):
             raise ValueError(f"Metric {self.name}: better must be higher, lower or '', got {self.better!r}")
+
+    def matches(self, metric: str) -> bool:
+        if "{" not in self.name:
+            return metric == self.name
+        pattern = r"\w+".join(re.escape(part) for part in re.split(r"\{\w+\}", self.name))
+        return re.fullmatch(pattern, metric) is not None
 
 
 KINDS = ("str", "int", "float", "bool", "any")
@@ -250,7 +259,10 @@ class Experiment:
     # Declarations read by the worker, the study, the summary and the tests (contract C5):
     tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
     headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with
-    analysis: ClassVar[str] = ""                         # dotted path of the analysis module
+    metrics: ClassVar[tuple[Metric, ...]] = ()           # every figure compute_metrics puts (MetricRows checks)
+    analysis: ClassVar[str] = ""                         # dotted path of the analysis module (its tables)
+    # set by hand, stands for the code in the experiment's version (registry.version); "" = its code
+    version: ClassVar[str] = ""
     # Traits, read by the code that must never parse the name (an experiment named otherwise keeps them):
     family: ClassVar[str] = ""                  # "postgres", "mongo", "fastapi", "departures", "verify", ...
     ceiling: ClassVar[str | None] = None        # the in-run ceiling (calibration) its throughputs are divided by
@@ -282,6 +294,11 @@ class Experiment:
 
     def run(self, ctx: Context) -> None:
         raise NotImplementedError
+
+    def compute_metrics(self, run: Any, rows: Any) -> None:
+        """Put this experiment's per-repeat figures of `run` (a `store.Run`) into `rows` (an
+        `analysis.MetricRows` bound to this experiment and its declared `metrics`), from ok cells
+        only. The summary and the claims read figures from here and nowhere else."""
 
 
 class ServersDown(HarnessError):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core import num, stats, store, verdicts
+from ..core import checked, num, stats, store, verdicts
 from ..core.errors import HarnessError
 from ..core.store import Manifest, Run
 from ..experiments.analysis import metric_name
@@ -98,7 +98,7 @@ def compare_verdicts(sa: dict[str, Any], sb: dict[str, Any]) -> tuple[pd.DataFra
     return df, counts
 
 
-# -- the machine: never the machine-id alone (issue 22 point 10) -------------------------------------
+# -- the machine: never the machine-id alone ----------------------------------------------------------
 
 def machine_identity(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = None,
                      sb: dict[str, Any] | None = None) -> str:
@@ -167,38 +167,9 @@ def _ceilings_apart(ca: dict[str, dict[str, Any]], cb: dict[str, dict[str, Any]]
     return f"ceilings {worst:.1f}x apart ({detail})"
 
 
-# -- checked metadata (issue 22 point 12; issue 25 point 4) -------------------------------------------
+# -- checked metadata: the table is core.checked's, shared with the pooling ---------------------------
 
-INCOMPARABLE, MAYBE, NOTE = "INCOMPARABLE", "may be incomparable", "differs"
-
-
-def _driver_levels(m: Manifest) -> dict[str, str]:
-    """The departures experiment's driver levels (issue 25), as `prepare()` recorded them in the
-    manifest: `<python> <level>` -> the versions installed for its pins (`pymongo 4.15.5`), `skipped`
-    or `the lock's`. A level such as `pymongo=4.15.*` may resolve to another release in another run."""
-    prepared = ((m.get("prepared") or {}).get("departures") or {})
-    out = {}
-    for key, rec in prepared.items():
-        if not isinstance(rec, dict) or not rec.get("pins"):
-            continue
-        if rec.get("skipped"):
-            out[key] = "skipped (did not install)"
-        elif rec.get("same_as"):
-            out[key] = f"the {rec['same_as']}'s versions"
-        else:
-            packages = rec.get("packages") or {}
-            out[key] = ", ".join(f"{n} {packages.get(n) or '?'}" for n in sorted(rec["pins"]))
-    return out
-
-
-def _server(m: Manifest, role: str) -> tuple[str | None, str | None]:
-    ident = (m.get("servers") or {}).get(role) or {}
-    product = ident.get("product")
-    version = ident.get("version")
-    backend = (ident.get("backend_server") or {}).get("version")
-    if backend:
-        version = f"{version} on PostgreSQL {str(backend).split()[0]}"
-    return product, (f"{product} {version}" if product else None)
+INCOMPARABLE, MAYBE, NOTE = checked.INCOMPARABLE, checked.MAYBE, checked.DIFFERS
 
 
 def _param_diff(pa: dict[str, Any], pb: dict[str, Any]) -> list[str]:
@@ -206,83 +177,82 @@ def _param_diff(pa: dict[str, Any], pb: dict[str, Any]) -> list[str]:
     return [f"{k} {pa.get(k, '—')} vs {pb.get(k, '—')}" for k in keys if pa.get(k) != pb.get(k)]
 
 
+def _text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) if value else None
+    return None if value in (None, "") else str(value)
+
+
 def checked_metadata(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = None,
                      sb: dict[str, Any] | None = None) -> tuple[list[dict[str, str]], dict[str, str]]:
-    """Every piece of checked metadata on which two runs' manifests differ (as pyperf's checked
-    metadata): rows of `what, A, B, effect`; and the experiments whose figures that makes
-    incomparable (experiment -> why): a different experiment version (code or parameters) or a
-    different server product under it. `effect` is INCOMPARABLE, `may be incomparable` (a run
-    before experiment versions, on another commit) or `differs` (a factor that changed; the figures
-    still measure the same thing)."""
+    """Every row of the checked metadata (`core.checked.CHECKED`, applied by
+    `checked.differences`) on which two runs' manifests differ: rows of `what, A, B, effect, why`;
+    and the experiments whose figures that makes incomparable (experiment -> why): other parameters,
+    another version of its code, or another server product under it. `effect` is INCOMPARABLE,
+    `may be incomparable` (a run before experiment versions, on another commit) or `differs` (a
+    factor that changed; the figures still measure the same thing)."""
     rows: list[dict[str, str]] = []
     reasons: dict[str, list[str]] = {}
     ea, eb = ma.get("experiments") or {}, mb.get("experiments") or {}
     common = sorted(set(ea) & set(eb))
+    shaped = readout.drivers()
 
     def row(what: str, a: Any, b: Any, effect: str, why: str) -> None:
         rows.append({"what": what, "A": "—" if a in (None, "") else str(a), "B": "—" if b in (None, "") else str(b),
                      "effect": effect, "why": why})
 
-    ia, ib = readout.interpreter(ma), readout.interpreter(mb)
-    if ia != ib:
-        row("interpreter", ia, ib, NOTE, "the figures are of different interpreters: a factor, not a repeat")
-    la, lb = (ma.get("environment") or {}).get("lock_sha256"), (mb.get("environment") or {}).get("lock_sha256")
-    if la != lb:
-        row("lock hash (requirements.lock sha256)", readout.short(la, 12), readout.short(lb, 12), NOTE,
-            "the pinned environment differs: see the package versions")
-    pa, pb = readout.packages(ma), readout.packages(mb)
-    shaped = readout.drivers()
-    for name, users_of in shaped.items():
-        if pa.get(name) != pb.get(name):
-            users = [e for e in common if e in users_of]
-            row(f"driver {name}", pa.get(name), pb.get(name), NOTE,
-                "shapes " + (", ".join(users) if users else "no experiment of both runs"))
-    da, db = _driver_levels(ma), _driver_levels(mb)
-    for key in sorted(set(da) | set(db)):
-        if da.get(key) != db.get(key):
-            row(f"driver level {key} (departures)", da.get(key) or "not run", db.get(key) or "not run", NOTE,
-                "the departures driver factor's level ran other versions (or only in one run)")
-    others = sorted(n for n in set(pa) | set(pb) if n not in shaped and pa.get(n) != pb.get(n))
-    if others:
-        row("other packages", ", ".join(f"{n} {pa.get(n) or '—'}" for n in others),
-            ", ".join(f"{n} {pb.get(n) or '—'}" for n in others), NOTE, "not drivers under test")
-    for role in ("mongodb", "postgres", "toxiproxy"):
-        (prod_a, label_a), (prod_b, label_b) = _server(ma, role), _server(mb, role)
-        if label_a == label_b:
-            continue
-        users = [e for e in common if role in ((ea[e].get("needs") or []) + (eb[e].get("needs") or []))]
-        if prod_a and prod_b and prod_a != prod_b:
-            for e in users:
-                reasons.setdefault(e, []).append(f"{role} server is {prod_a} in A, {prod_b} in B")
-            row(f"server {role}", label_a, label_b, INCOMPARABLE,
-                "a different server product: " + (", ".join(users) or "no common experiment") + " not comparable")
-        else:
-            row(f"server {role}", label_a, label_b, NOTE, "server version (or presence) differs; used by "
-                + (", ".join(users) or "no common experiment"))
-    set_a = ((ma.get("servers") or {}).get("postgres") or {}).get("settings")
-    set_b = ((mb.get("servers") or {}).get("postgres") or {}).get("settings")
-    if set_a and set_b and set_a != set_b:
-        diff = [k for k in sorted(set(set_a) | set(set_b)) if set_a.get(k) != set_b.get(k)]
-        row("postgres settings", ", ".join(f"{k}={set_a.get(k)}" for k in diff),
-            ", ".join(f"{k}={set_b.get(k)}" for k in diff), NOTE, "server tuning differs")
-    ca, cb = readout.commit(ma), readout.commit(mb)
-    unversioned = []
-    for e in common:
-        va, vb = ea[e].get("version"), eb[e].get("version")
-        changed = _param_diff(ea[e].get("params") or {}, eb[e].get("params") or {})
-        if changed:
+    def users(role: str) -> list[str]:
+        return [e for e in common if role in (*checked.needs(ma, e), *checked.needs(mb, e))]
+
+    other_params, other_product = set(), set()
+    for k, what, a, b, subject in checked.differences(ma, mb, tuple(shaped)):
+        if k.what == "parameters of {}":
+            changed = _param_diff(a, b)
             why = "parameters differ: " + "; ".join(changed[:4]) + (" ..." if len(changed) > 4 else "")
-            reasons.setdefault(e, []).append(why)
-            row(f"experiment {e}", va or "version not recorded", vb or "version not recorded", INCOMPARABLE, why)
-        elif va and vb and va != vb:
-            why = f"its code differs (version {va} vs {vb}, same parameters)"
-            reasons.setdefault(e, []).append(why)
-            row(f"experiment {e}", va, vb, INCOMPARABLE, why)
-        elif not (va and vb) and ca != cb:
-            unversioned.append(e)
-        if ea[e].get("repeats_planned") != eb[e].get("repeats_planned"):
-            row(f"repeats of {e}", ea[e].get("repeats_planned"), eb[e].get("repeats_planned"), NOTE,
-                "different numbers of repeats: intervals of different widths")
+            other_params.add(subject)
+            reasons.setdefault(subject, []).append(why)
+            row(f"experiment {subject}", store.experiment_version(ma, subject) or "version not recorded",
+                store.experiment_version(mb, subject) or "version not recorded", INCOMPARABLE, why)
+        elif k.what == "experiment {}":
+            if subject in other_params or not (a and b):
+                continue   # the parameters' row says it; a run without versions is read below
+            why = f"its code differs (version {a} vs {b}, same parameters)"
+            reasons.setdefault(subject, []).append(why)
+            row(what, a, b, INCOMPARABLE, why)
+        elif k.what == "server product {}":
+            if not (a and b):
+                continue   # a server in one run only: the label's row says it
+            other_product.add(subject)
+            for e in users(subject):
+                reasons.setdefault(e, []).append(f"{subject} server is {a} in A, {b} in B")
+            row(f"server {subject}", checked.server_label(ma, subject), checked.server_label(mb, subject),
+                INCOMPARABLE, "a different server product: " + (", ".join(users(subject)) or "no common experiment")
+                + " not comparable")
+        elif k.what == "server {}":
+            if subject not in other_product:
+                row(what, a, b, NOTE, f"{k.why}; used by " + (", ".join(users(subject)) or "no common experiment"))
+        elif k.scope == "driver":
+            row(what, a, b, NOTE, "shapes " + (", ".join(e for e in common if e in shaped[subject])
+                                               or "no experiment of both runs"))
+        elif k.what == "lock hash (requirements.lock sha256)":
+            row(what, readout.short(a, 12), readout.short(b, 12), NOTE, k.why)
+        elif k.what == "other packages":
+            row(what, ", ".join(f"{n} {v or '—'}" for n, v in a.items()),
+                ", ".join(f"{n} {v or '—'}" for n, v in b.items()), NOTE, k.why)
+        elif k.what == "postgres settings":
+            if a and b:
+                diff = [n for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+                row(what, ", ".join(f"{n}={a.get(n)}" for n in diff), ", ".join(f"{n}={b.get(n)}" for n in diff),
+                    NOTE, k.why)
+        elif k.what == "machine":
+            row(what, _machine_label(readout.machine_of(ma)), _machine_label(readout.machine_of(mb)), NOTE,
+                machine_identity(ma, mb, sa, sb) + "; absolute figures compare across machines only through "
+                "the normalised ones")
+        else:
+            row(what, _text(a), _text(b), k.effect, k.why)
+    ca, cb = checked.commit(ma), checked.commit(mb)
+    unversioned = [e for e in common if e not in other_params and ca != cb
+                   and not (store.experiment_version(ma, e) and store.experiment_version(mb, e))]
     if unversioned:
         row("experiment versions", "not recorded" if not all(ea[e].get("version") for e in unversioned) else "",
             "not recorded" if not all(eb[e].get("version") for e in unversioned) else "", MAYBE,
@@ -291,21 +261,6 @@ def checked_metadata(ma: Manifest, mb: Manifest, sa: dict[str, Any] | None = Non
     for e in sorted(set(ea) ^ set(eb)):
         row(f"experiment {e}", "ran" if e in ea else "not run", "ran" if e in eb else "not run", NOTE,
             "in one run only")
-    if ca != cb:
-        row("commit", ca, cb, NOTE, "see the experiment versions for what it changed")
-    mach_a, mach_b = readout.machine_of(ma), readout.machine_of(mb)
-    if not (mach_a.get("boot_id") and mach_a.get("boot_id") == mach_b.get("boot_id")):
-        row("machine", _machine_label(mach_a), _machine_label(mach_b), NOTE,
-            machine_identity(ma, mb, sa, sb) + "; absolute figures compare across machines only through "
-            "the normalised ones")
-    for key in ("kernel", "cpu_count_logical"):
-        if mach_a.get(key) != mach_b.get(key):
-            row(key.replace("_", " "), mach_a.get(key), mach_b.get(key), NOTE, "machine")
-    pla, plb = readout.placement(ma), readout.placement(mb)
-    if pla != plb:
-        row("placement", pla, plb, NOTE, "client and servers placed differently on the cores")
-    if ma.get("profile") != mb.get("profile"):
-        row("profile", ma.get("profile"), mb.get("profile"), NOTE, "sizes and repeats differ")
     va_s, vb_s = (sa or {}).get("upgraded_from"), (sb or {}).get("upgraded_from")
     if va_s != vb_s:
         row("summary format", f"version {va_s or store.SUMMARY_VERSION}", f"version {vb_s or store.SUMMARY_VERSION}",

@@ -221,8 +221,8 @@ def figure_histories(records: list[dict[str, Any]], figure: str | None = None) -
                     if beyond_spread(p, r, judged):
                         change += " CHANGED"
                         flagged = True
-                va = ((records[j - 1]["run"].manifest.get("experiments") or {}).get(key[0]) or {}).get("version")
-                vb = ((rec["run"].manifest.get("experiments") or {}).get(key[0]) or {}).get("version")
+                va = store.experiment_version(records[j - 1]["run"].manifest, key[0])
+                vb = store.experiment_version(rec["run"].manifest, key[0])
                 if va and vb and va != vb:
                     change += f" (experiment version {va} -> {vb})"
             norm = r.get("normalised")

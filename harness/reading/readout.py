@@ -17,6 +17,7 @@ import pandas as pd
 
 from .. import registry
 from ..core import calibration, num, stats, store
+from ..core.checked import commit, interpreter, packages, placement  # noqa: F401 -- shared with compare
 from ..core.store import Manifest, Run
 from ..summary import THROUGHPUT_UNITS
 
@@ -106,38 +107,6 @@ def drivers() -> dict[str, tuple[str, ...]]:
     """The packages whose versions are the drivers and frameworks under test -> the experiments
     whose figures they shape, as each experiment declares them (`Experiment.drivers`)."""
     return registry.drivers()
-
-
-def interpreter(m: Manifest) -> str | None:
-    """`cpython 3.12.1 (gil)`: the client side's interpreter (for a run before interpreters were
-    recorded, `store.upgrade_manifest` gives it from the study's own Python, without a build)."""
-    rec = (m.get("interpreter") or {}).get("interpreter") or {}
-    if not rec.get("version"):
-        return None
-    build = rec.get("build") or ("free-threaded" if rec.get("gil_disabled") else "")
-    return f"{rec.get('implementation', 'python')} {rec['version']}" + (f" ({build})" if build else "")
-
-
-def packages(m: Manifest) -> dict[str, Any]:
-    """Package versions the run's workers ran (the interpreter's venv), over the study's own."""
-    study = (m.get("environment") or {}).get("packages") or {}
-    return {**study, **((m.get("interpreter") or {}).get("packages") or {})}
-
-
-def placement(m: Manifest) -> str | None:
-    p = m.get("placement")
-    if not p:
-        return None
-    cpus = (f" (servers {p['server_cpus']}, client {p.get('client_cpus')})"
-            if p.get("placement") != "shared" and p.get("server_cpus") else "")
-    return f"{p.get('placement')}{cpus}"
-
-
-def commit(m: Manifest) -> str | None:
-    g = (m.get("environment") or {}).get("git") or {}
-    if not g.get("sha"):
-        return None
-    return str(g["sha"])[:10] + (" (dirty)" if g.get("dirty") else "")
 
 
 def claims_json(summary: dict[str, Any]) -> list[dict[str, Any]]:

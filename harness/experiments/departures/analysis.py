@@ -60,8 +60,7 @@ from ...core.errors import HarnessError
 from ...core.measure import cpu_consistency, window_completed
 from ...core.store import Run
 from ...core.verdicts import CHANGES_RATIO, EXPLAINS, EXPLAINS_PART, MOVES_AWAY, NOT_SHOWN, NOT_SHOWN_FEW
-from ..analysis import MetricRows, cores, fit_cpu, put_cpu_rejected
-from ..base import variant_id
+from ..analysis import cores, fit_cpu
 
 EXPERIMENT = "departures"
 FACTORS = ("python", "placement", "rtt_ms", "driver")
@@ -207,7 +206,7 @@ def factor_cells(c: pd.DataFrame, factor: str, base: Any = None) -> pd.DataFrame
     return c.merge(crossed, on=others, how="inner")
 
 
-def _effect_by_repeat(c: pd.DataFrame, factor: str, base, level, quantity: str) -> dict[int, float]:
+def effect_by_repeat(c: pd.DataFrame, factor: str, base, level, quantity: str) -> dict[int, float]:
     """Per repeat: geometric mean over matching cells (other factors equal) of q(level) / q(base)."""
     others = [f for f in FACTORS if f != factor]
     out = {}
@@ -264,7 +263,7 @@ def effects(run: Run) -> pd.DataFrame:
                        "level_read_back": _read_back(g, factor, level)}
                 for q, name in (("cpu_ratio", "ratio_change"), ("threads_cpu_us", "threads_cpu_change"),
                                 ("async_cpu_us", "async_cpu_change")):
-                    s = stats.summarise(_effect_by_repeat(g, factor, base, level, q))
+                    s = stats.summarise(effect_by_repeat(g, factor, base, level, q))
                     row.update({name: s["mean"], f"{name}_low": s["ci_low"], f"{name}_high": s["ci_high"],
                                 "n_repeats": s["n"]})
                 row.update(verdict(row["ratio_change"], row["ratio_change_low"], row["ratio_change_high"],
@@ -295,34 +294,6 @@ def verdict(change: float, low: float, high: float, baseline_ratio: float, seed_
     else:
         v = MOVES_AWAY
     return {"toward_seed": toward, "verdict": v}
-
-
-def metrics(run: Run) -> pd.DataFrame:
-    rows = MetricRows()
-    w = windows(run)
-    put_cpu_rejected(rows, EXPERIMENT, w)
-    for _, r in w.iterrows():
-        rows.put(EXPERIMENT, r["variant"], "cpu_us_per_req", "us", r["repeat"], r["cpu_us_per_req"], "lower")
-        rows.put(EXPERIMENT, r["variant"], "throughput_rps", "req/s", r["repeat"], r["throughput_rps"], "higher")
-        rows.put(EXPERIMENT, r["variant"], "gil_wait_ms", "ms", r["repeat"], r["gil_wait_ms"], "lower")
-    c = cells(run)
-    for _, r in c.iterrows():
-        rows.put(EXPERIMENT, r["cell"], f"cpu_ratio_{r['model']}", "ratio", r["repeat"], r["cpu_ratio"])
-    if not c.empty:
-        for (family, model), fam in c.groupby(["family", "model"], sort=False):
-            for factor in FACTORS:
-                g = factor_cells(fam, factor)
-                if g.empty:
-                    continue
-                base, others = levels(g, factor)
-                for level in others:
-                    v = variant_id(f"{family}_{model}", factor=factor, level=level)
-                    for q, name, better in (("cpu_ratio", "ratio_change", ""),
-                                            ("threads_cpu_us", "threads_cpu_change", "lower"),
-                                            ("async_cpu_us", "async_cpu_change", "lower")):
-                        for rep, val in _effect_by_repeat(g, factor, base, level, q).items():
-                            rows.put(EXPERIMENT, v, name, "ratio", rep, val, better)
-    return rows.frame()
 
 
 def cell_table(run: Run) -> pd.DataFrame:

@@ -86,10 +86,12 @@ from ...core.errors import HarnessError
 from ...core.measure import EdgeCPU
 from ...core.probe import GIL_COLUMNS
 from ...core.servers import ServerStack
+from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import Context, Experiment, Metric, Params, variant_id, window_columns
 from ..mongo.workload import DOCUMENTS, ferretdb_backend_index, note_timeouts
 from ..postgres.workload import MODELS as PG_MODELS
 from ..postgres.workload import cpu_at_edges, find_postmaster
+from .analysis import FACTORS, cells, effect_by_repeat, factor_cells, levels, windows
 
 FAMILIES = ("mongo", "pg")
 MONGO_MODELS = ("threads", "async")
@@ -306,6 +308,35 @@ class Departures(Experiment):
                   "pg_models": ("threads_psycopg", "asyncio_psycopg"), "pg_clients": 8, "pg_pool": 4,
                   "rows": 10_000, "timeout_s": 300.0},
     }
+
+    metrics = (Metric("cpu_us_per_req", "us", "lower"), Metric("throughput_rps", "req/s", "higher"),
+               Metric("gil_wait_ms", "ms", "lower"), Metric("cpu_ratio_{model}", "ratio", ""),
+               Metric("ratio_change", "ratio", ""), Metric("threads_cpu_change", "ratio", "lower"),
+               Metric("async_cpu_change", "ratio", "lower"), CPU_REJECTED_METRIC)
+
+    def compute_metrics(self, run, rows) -> None:
+        w = windows(run)
+        put_cpu_rejected(rows, w)
+        for _, r in w.iterrows():
+            for q in ("cpu_us_per_req", "throughput_rps", "gil_wait_ms"):
+                rows.put(r["variant"], q, r["repeat"], r[q])
+        c = cells(run)
+        for _, r in c.iterrows():
+            rows.put(r["cell"], f"cpu_ratio_{r['model']}", r["repeat"], r["cpu_ratio"])
+        if c.empty:
+            return
+        for (family, model), fam in c.groupby(["family", "model"], sort=False):
+            for factor in FACTORS:
+                g = factor_cells(fam, factor)
+                if g.empty:
+                    continue
+                base, others = levels(g, factor)
+                for level in others:
+                    v = variant_id(f"{family}_{model}", factor=factor, level=level)
+                    for q, name in (("cpu_ratio", "ratio_change"), ("threads_cpu_us", "threads_cpu_change"),
+                                    ("async_cpu_us", "async_cpu_change")):
+                        for rep, val in effect_by_repeat(g, factor, base, level, q).items():
+                            rows.put(v, name, rep, val)
 
     def datasets(self, p: DeparturesParams) -> list:
         out: list[datasets.Dataset] = []

@@ -51,7 +51,17 @@ import pandas as pd
 
 from ...core import stats
 from ...core.store import Run
-from ..analysis import BUSY, MetricRows, demand_pct, fit_cpu, machine_limit, metric_name, put_cpu_rejected
+from ..analysis import (
+    BUSY,
+    CPU_REJECTED_METRIC,
+    MetricRows,
+    demand_pct,
+    fit_cpu,
+    machine_limit,
+    metric_name,
+    put_cpu_rejected,
+)
+from ..base import Metric
 
 EXPERIMENT = "fastapi_locust"
 CROSSOVER = "fastapi_crossover"
@@ -288,23 +298,6 @@ def openloop_table(run: Run, experiment: str = EXPERIMENT) -> pd.DataFrame:
 OPENLOOP_FAILURES = 0.01   # a rate with more failed requests than this is kept raw, never a figure
 
 
-def metrics(run: Run) -> pd.DataFrame:
-    """Per-repeat figures of ok cells in the C1 long form (harness.experiments.analysis.MetricRows)."""
-    m = MetricRows()
-    _put_rows(m, EXPERIMENT, summary_table(run))
-    _put_rows(m, CROSSOVER, summary_table(run, experiment=CROSSOVER))
-    ol = openloop_table(run) if available(run) else pd.DataFrame()
-    if not ol.empty:
-        for (rep, v), g in ol.groupby(["repeat", "variant"]):
-            for k, (_, r) in enumerate(g.sort_values("rate").iterrows()):
-                if r["invalid"]:
-                    continue  # a rate the generator fell behind on is kept raw, never a figure
-                for q in ("corrected_p50_ms", "corrected_p99_ms"):
-                    m.put(EXPERIMENT, v, f"openloop_r{k}_{q}", "ms", rep, r[q], "lower")
-    _put_openloop(m, run)
-    return m.frame()
-
-
 def _load_name(fraction: float) -> str:
     """`load90` for 0.9 of the reference's capacity: the variant prefix of fastapi_openloop's figures."""
     return f"load{round(100 * fraction)}"
@@ -315,7 +308,7 @@ OPENLOOP_LATENCY_FIGURES = (("corrected_p50_ms", "p50_ms"), ("corrected_p95_ms",
                             ("corrected_p99_ms", "p99_ms"))
 
 
-def _openloop_rates(t: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+def openloop_rates(t: pd.DataFrame) -> list[tuple[str, pd.Series]]:
     """The measured rates of fastapi_openloop's `openloop_table` (the probe's rows left out), each
     with its figures' variant prefix `load<pct>.<variant>`."""
     if t.empty:
@@ -327,45 +320,31 @@ def _openloop_rates(t: pd.DataFrame) -> list[tuple[str, pd.Series]]:
 def openloop_figure_names(run: Run) -> list[str]:
     """Every `fastapi_openloop` figure name `metrics` gives for a clean rate, for every rate of `run`,
     clean or not: what the analysis computes, whatever one window's send lag was."""
-    return sorted({metric_name(OPENLOOP, v, name) for v, _ in _openloop_rates(openloop_table(run, OPENLOOP))
+    return sorted({metric_name(OPENLOOP, v, name) for v, _ in openloop_rates(openloop_table(run, OPENLOOP))
                    for name in [n for _, n in OPENLOOP_LATENCY_FIGURES] + ["achieved_rps"]})
 
 
-def _put_openloop(m: MetricRows, run: Run) -> None:
-    """fastapi_openloop: `<experiment>.load<pct>.<variant>.<metric>` per clean rate (p50_ms, p95_ms,
-    p99_ms from the corrected latency; achieved_rps, lag_p99_ms, failure_rate), and
-    `<experiment>.reference.capacity_rps` (the probe)."""
-    t = openloop_table(run, OPENLOOP)
-    if t.empty:
-        return
-    for v, r in _openloop_rates(t):
-        m.put(OPENLOOP, v, "failure_rate", "ratio", r["repeat"], r["failure_rate"], "lower")
-        m.put(OPENLOOP, v, "lag_p99_ms", "ms", r["repeat"], r["lag_p99_ms"], "lower")
-        if not r["clean"]:
-            continue  # kept raw (openloop_table shows why), never a figure
-        for q, name in OPENLOOP_LATENCY_FIGURES:
-            m.put(OPENLOOP, v, name, "ms", r["repeat"], r[q], "lower")
-        m.put(OPENLOOP, v, "achieved_rps", "req/s", r["repeat"], r["achieved_rps"], "higher")
-    for _, r in run.table(OPENLOOP, "probe").iterrows():
-        m.put(OPENLOOP, "reference", "capacity_rps", "req/s", r["repeat"], r["capacity_rps"], "higher")
+# The figures of a Locust ramp's summary table (fastapi_locust and fastapi_crossover), per variant
+SUMMARY_METRICS = (Metric("max_rps", "req/s", "higher"), Metric("locust_peak_rps", "req/s", "higher"),
+                   Metric("median_ms", "ms", "lower"), Metric("p95_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
+                   Metric("failure_rate", "ratio", "lower"), Metric("db_cpu_pct", "% of a core", ""),
+                   Metric("db_cpu_ms_per_request", "ms", "lower"), Metric("app_cpu_pct", "% of a core", ""),
+                   Metric("app_cpu_wait_pct", "% of a core", ""), Metric("db_cpu_wait_pct", "% of a core", ""),
+                   Metric("locust_cpu_pct", "% of a core", ""), Metric("machine_cpu_pct", "% of a core", ""),
+                   Metric("proxy_cpu_pct", "% of a core", ""), Metric("busy_tokens_frac", "ratio", ""),
+                   Metric("loop_lag_p50_ms", "ms", "lower"), Metric("offered_load_ratio", "ratio", ""),
+                   Metric("database_bound", "bool", ""), CPU_REJECTED_METRIC)
 
 
-def _put_rows(m: MetricRows, experiment: str, t: pd.DataFrame) -> None:
-    units = {"max_rps": ("req/s", "higher"), "locust_peak_rps": ("req/s", "higher"),
-             "median_ms": ("ms", "lower"), "p95_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
-             "failure_rate": ("ratio", "lower"), "db_cpu_pct": ("% of a core", ""),
-             "db_cpu_ms_per_request": ("ms", "lower"), "app_cpu_pct": ("% of a core", ""),
-             "app_cpu_wait_pct": ("% of a core", ""), "db_cpu_wait_pct": ("% of a core", ""),
-             "locust_cpu_pct": ("% of a core", ""), "machine_cpu_pct": ("% of a core", ""),
-             "proxy_cpu_pct": ("% of a core", ""),
-             "busy_tokens_frac": ("ratio", ""), "loop_lag_p50_ms": ("ms", "lower"),
-             "offered_load_ratio": ("ratio", "")}
-    put_cpu_rejected(m, experiment, t)
+def put_summary_rows(rows: MetricRows, t: pd.DataFrame) -> None:
+    """SUMMARY_METRICS of each row of `t` (summary_table), with the row's bottleneck."""
+    put_cpu_rejected(rows, t)
     for _, r in t.iterrows():
-        for q, (unit, better) in units.items():
-            m.put(experiment, r["variant"], q, unit, r["repeat"], r[q], better, r["bottleneck"])
-        m.put(experiment, r["variant"], "database_bound", "bool", r["repeat"], int(r["database_bound"]), "",
-              r["bottleneck"])
+        for m in SUMMARY_METRICS:
+            if m.name in ("database_bound", CPU_REJECTED_METRIC.name):
+                continue
+            rows.put(r["variant"], m.name, r["repeat"], r[m.name], r["bottleneck"])
+        rows.put(r["variant"], "database_bound", r["repeat"], int(r["database_bound"]), r["bottleneck"])
 
 
 def crossover(run: Run) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ...core import datasets, network
 from ...core.errors import HarnessError
 from ...core.measure import error_text
 from ..base import OTHER_COLUMNS, Experiment, Metric, variant_id, window_columns
+from .analysis import SUMMARY_METRICS, put_summary_rows, summary_table
 from .params import RESHAPING, FastapiLocustParams
 from .workload import VARIANTS, Variant, ping, search_index
 
@@ -87,6 +88,11 @@ class FastapiCrossover(Experiment):
                   "spawn_rate": 4.0, "hold_s": 2.0, "wait_min_s": 0.1, "wait_max_s": 0.3, "ping_count": 5,
                   "warmup_s": 0.3, "health_timeout_s": 30.0, "timeout_s": 300.0},
     }
+
+    metrics = SUMMARY_METRICS
+
+    def compute_metrics(self, run, rows) -> None:
+        put_summary_rows(rows, summary_table(run, experiment=self.name))
 
     def datasets(self, p):
         return [datasets.Listings(p.documents)]

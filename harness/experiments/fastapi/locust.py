@@ -57,6 +57,7 @@ from ...core import datasets
 from ...core.errors import HarnessError
 from ...core.measure import error_text
 from ..base import OTHER_COLUMNS, Experiment, Metric, window_columns
+from .analysis import SUMMARY_METRICS, available, openloop_table, put_summary_rows, summary_table
 from .params import RESHAPING, FastapiLocustParams
 from .workload import (
     APP,
@@ -120,6 +121,21 @@ class FastapiLocust(Experiment):
                   "warmup_s": 0.3, "openloop_connections": 4, "health_timeout_s": 30.0, "ping_count": 10,
                   "timeout_s": 300.0},
     }
+
+    metrics = (*SUMMARY_METRICS, Metric("openloop_r{k}_corrected_p50_ms", "ms", "lower"),
+               Metric("openloop_r{k}_corrected_p99_ms", "ms", "lower"))
+
+    def compute_metrics(self, run, rows) -> None:
+        put_summary_rows(rows, summary_table(run))
+        ol = openloop_table(run) if available(run) else None
+        if ol is None or ol.empty:
+            return
+        for (rep, v), g in ol.groupby(["repeat", "variant"]):
+            for k, (_, r) in enumerate(g.sort_values("rate").iterrows()):
+                if r["invalid"]:
+                    continue  # a rate the generator fell behind on is kept raw, never a figure
+                for q in ("corrected_p50_ms", "corrected_p99_ms"):
+                    rows.put(v, f"openloop_r{k}_{q}", rep, r[q])
 
     def datasets(self, p):
         return [datasets.Listings(p.documents)]

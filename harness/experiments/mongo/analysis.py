@@ -5,9 +5,9 @@ Summary functions (one row per variant and repeat unless said; all statistics fr
 `bulk_summary`, `bulk_duplicates`, `models_summary`. Each returns an empty frame when the run
 does not hold the experiment.
 
-`metrics(run)` gives the per-repeat figures (contract C1, `harness.experiments.analysis`: one row per figure and
-repeat, ok cells only, with unit and which direction is better); `named(run)` gives the median over
-repeats by dotted name, for printing. Dotted names (`experiment.variant.metric`) and units:
+Each experiment declares its figures and computes them from these tables (`metrics`,
+`compute_metrics` in its own module; contract C1, `harness.experiments.analysis`: one row per figure
+and repeat, ok cells only). Dotted names (`experiment.variant.metric`) and units:
 
 mongo_cursor (V in: default, batch_size_100, batch_size_1000, batch_size_10000, mongodb_batches, to_list;
 mongodb_batches = MongoDB-sized (16 MiB) batches, emulated on FerretDB, whatever batch size that came to)
@@ -99,26 +99,21 @@ from ...core import stats
 from ...core.store import Run
 from ..analysis import (
     BUSY,
-    MetricRows,
     cores,
     demand_pct,
     fit_cpu,
     machine_limit,
-    named_medians,
-    put_cpu_rejected,
 )
 
 SEED_SETUP = ("asyncio", "pymongo")
+# the name suffix of each (loop, driver): '' for the seed's setup (setup_suffix)
+SETUP_SUFFIXES = ("", "_uvloop", "_motor", "_uvloop_motor")
 
 
-def _qual(loop: str, driver: str) -> str:
+def setup_suffix(loop: str, driver: str) -> str:
     """'' for the seed's setup, else '_uvloop', '_motor' or '_uvloop_motor'."""
     parts = [x for x, default in ((loop, "asyncio"), (driver, "pymongo")) if x != default]
     return "".join(f"_{x}" for x in parts)
-
-
-def _has(run: Run, exp: str) -> bool:
-    return exp in run.experiments and bool(run.repeat_dirs(exp))
 
 
 # ------------------------------------------------------------------------------------ cursor
@@ -191,7 +186,7 @@ def cursor_summary(run: Run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cursor_key(method: str, batch_size) -> str:
+def cursor_key(method: str, batch_size) -> str:
     if method == "to_list":
         return "to_list"
     return "default" if batch_size in (0, "default") else f"batch_size_{int(batch_size)}"
@@ -367,164 +362,3 @@ def bulk_duplicates(run: Run) -> pd.DataFrame:
     return run.table("mongo_bulk", "duplicates")
 
 
-# -------------------------------------------------------------------------------------- metrics
-
-def unit_better(metric: str) -> tuple[str, str]:
-    """(unit, better) of a metric, from its name's suffix (one convention for the whole family)."""
-    if metric in ("throughput_qps",):
-        return "queries/s", "higher"
-    if metric.endswith("_us_per_doc") or "cpu_us_per" in metric or metric.endswith("us_per_wakeup"):
-        return "us", "lower"
-    if metric.endswith("_cpu_pct") or metric.endswith("_cpu_wait_pct"):
-        return "% of a core", ""
-    if metric.endswith("_wait_share"):
-        return "ratio", ""
-    if metric.endswith("_ms"):
-        return "ms", "lower"
-    if metric.endswith("_s"):
-        return "s", "lower"
-    if metric == "jain_index":
-        return "ratio", "higher"
-    if metric == "ratio":
-        return "ratio", "lower"
-    if metric == "errors":
-        return "count", "lower"
-    return "count", ""
-
-
-def metrics(run: Run) -> pd.DataFrame:
-    """Per-repeat figures in contract C1's long form (harness.experiments.analysis), from ok cells only; the
-    dotted names (metric_name) are those of the module docstring. Statistics over repeats are
-    harness.core.stats's job, not this module's."""
-    rows = MetricRows()
-
-    def put(experiment: str, variant: str, metric: str, repeat, value) -> None:
-        unit, better = unit_better(metric)
-        rows.put(experiment, variant, metric, unit, int(repeat), value, better)
-
-    if _has(run, "mongo_cursor"):
-        for _, r in cursor_summary(run).iterrows():
-            if not r.ok:
-                continue
-            # the MongoDB-sized (16 MiB) batches: one name whatever the batch size it came to
-            v = "mongodb_batches" if str(r.get("label") or "").startswith("MongoDB-sized") \
-                else _cursor_key(r.method, r.batch_size)
-            put("mongo_cursor", v, "max_batch_docs", r["repeat"], r.max_batch_docs)
-            put("mongo_cursor", v, "max_stall_ms", r["repeat"], r.stall_max_ms)
-            put("mongo_cursor", v, "max_stall_run_ms", r["repeat"], r.stall_run_max_ms)
-            put("mongo_cursor", v, "max_stall_wait_share", r["repeat"], r.stall_max_wait_share)
-            put("mongo_cursor", v, "p99_stall_ms", r["repeat"], r.stall_p99_ms)
-            put("mongo_cursor", v, "total_s", r["repeat"], r.total_s)
-            put("mongo_cursor", "", "documents", r["repeat"], r.documents)
-        for _, r in probe_idle(run).iterrows():
-            put("mongo_cursor", "probe", "idle_max_ms", r["repeat"], r.lateness_max_ms)
-            put("mongo_cursor", "probe", "idle_p99_ms", r["repeat"], r.lateness_p99_ms)
-            put("mongo_cursor", "probe", "cpu_us_per_wakeup", r["repeat"], r.cpu_us_per_wakeup)
-
-    if _has(run, "mongo_pool"):
-        params = run.experiments.get("mongo_pool", {}).get("params", {})
-        for _, r in pool_summary(run).iterrows():
-            v = f"{r['mode']}{_qual(r.loop, r.driver)}"
-            for q in ("throughput_qps", "p50_ms", "p99_ms", "max_ms", "ops_per_task_min", "ops_per_task_max",
-                      "jain_index", "errors"):
-                put("mongo_pool", v, q, r["repeat"], r[q])
-            put("mongo_pool", v, "p99_9_ms", r["repeat"], r["p99.9_ms"])
-            # the slowest query as a fraction of the measured window: 1 = it waited the whole run
-            if params.get("duration_s"):
-                rows.put("mongo_pool", v, "max_over_window", "ratio", int(r["repeat"]),
-                         r["max_ms"] / (1000.0 * float(params["duration_s"])), "lower")
-        put_cpu_rejected(rows, "mongo_pool", pool_summary(run))
-
-    if _has(run, "mongo_client"):
-        per: dict[tuple[int, str], dict[str, float]] = {}
-        for _, r in client_summary(run).iterrows():
-            q = _qual(r.loop, r.driver)
-            put("mongo_client", "", f"{r['mode']}{q}_ms", r["repeat"], r.mean_ms)
-            put("mongo_client", "", f"{r['mode']}{q}_p50_ms", r["repeat"], r.p50_ms)
-            per.setdefault((int(r["repeat"]), q), {})[r["mode"]] = r.mean_ms
-        for (rep, q), modes in per.items():
-            if modes.get("shared") and "per_request" in modes:
-                put("mongo_client", "", f"ratio{q}", rep, modes["per_request"] / modes["shared"])
-
-    if _has(run, "mongo_bulk"):
-        params = run.experiments.get("mongo_bulk", {}).get("params", {})
-        for _, r in bulk_summary(run).iterrows():
-            if not r.ok:
-                continue
-            rep = r["repeat"]
-            if r.op == "insert_one":
-                put("mongo_bulk", "", "insert_one_us_per_doc", rep, r.us_per_doc)
-                put("mongo_bulk", "", "insert_one_count", rep, r.documents)
-                if params.get("documents"):
-                    put("mongo_bulk", "", "insert_one_extrapolated_s", rep, r.us_per_doc * params["documents"] / 1e6)
-            elif r.op == "insert_many":
-                put("mongo_bulk", "", "insert_many_s" if r.ordered else "insert_many_unordered_s", rep, r.total_s)
-                put("mongo_bulk", "", "documents", rep, r.documents)
-                if r.documents:
-                    rows.put("mongo_bulk", "", "insert_many_us_per_doc" if r.ordered
-                             else "insert_many_unordered_us_per_doc", "us", int(rep),
-                             r.total_s / r.documents * 1e6, "lower")
-            elif r.op == "bulk_write_upsert":
-                if r.matching in (None, "0%"):
-                    put("mongo_bulk", "", "bulk_write_upsert_s", rep, r.total_s)
-                    put("mongo_bulk", "", "bulk_write_upsert_us_per_doc", rep, r.us_per_doc)
-                else:
-                    put("mongo_bulk", "", "bulk_write_upsert_matching_s", rep, r.total_s)
-        for _, r in bulk_duplicates(run).iterrows():
-            rep = r["repeat"]
-            put("mongo_bulk", "", f"dup_{'ordered' if r.ordered else 'unordered'}_landed", rep, r.landed)
-            put("mongo_bulk", "", "dup_batch_docs", rep, r.batch_docs)
-            put("mongo_bulk", "", "dup_index", rep, r.dup_index)
-
-    if _has(run, "mongo_cursor"):
-        for _, r in run.table("mongo_cursor", "batching").iterrows():
-            put("mongo_cursor", "mongodb_batches", "avg_doc_bytes", r["repeat"], r.avg_doc_bytes)
-            put("mongo_cursor", "mongodb_batches", "batch_size", r["repeat"], r.batch_size)
-
-    if _has(run, "mongo_models"):
-        params = run.experiments.get("mongo_models", {}).get("params", {})
-        summary = models_summary(run)
-        for _, r in summary.iterrows():
-            if r["mode"] == "threads":
-                names = [f"threads{r.workers}"]
-            else:
-                bare = f"async_{'semaphore' if r.semaphore else 'bare'}{_qual(r.loop, r.driver)}"
-                # the pool sweep (seed's setup, no semaphore): one name per maxPoolSize
-                sweep = [f"async_pool{r.pool_size}"] if not r.semaphore and (r.loop, r.driver) == SEED_SETUP \
-                    and r.pool_size in params.get("pool_sweep", ()) else []
-                names = ([bare] if r.pool_size == params.get("pool_size", r.pool_size) else []) + sweep
-            limit = r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else ""
-            for v in names:
-                for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms", "client_cpu_pct",
-                          "client_cpu_wait_pct", "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
-                    if q in r:
-                        unit, better = unit_better(q)
-                        rows.put("mongo_models", v, q, unit, int(r["repeat"]), r[q], better, limit)
-        put_cpu_rejected(rows, "mongo_models", summary)
-        windows = run.table("mongo_models", "windows")
-        if "ferretdb_pg_conns_max" in windows:
-            for _, w in windows[~windows.semaphore.astype(bool) & (windows["mode"] == "async")].iterrows():
-                if w.pool_size in params.get("pool_sweep", ()) and (w.loop, w.driver) == SEED_SETUP:
-                    put("mongo_models", f"async_pool{w.pool_size}", "ferretdb_pg_conns_max", w["repeat"],
-                        w.ferretdb_pg_conns_max)
-        for _, r in run.table("mongo_models", "server_pool").iterrows():
-            put("mongo_models", "pool_sweep", "ferretdb_pg_pool", r["repeat"], r.pool_max_conns)
-        seed = summary[(summary["mode"] == "async") & ~summary.semaphore.astype(bool)
-                       & (summary.loop == SEED_SETUP[0]) & (summary.driver == SEED_SETUP[1])
-                       & summary.pool_size.isin(params.get("pool_sweep", ()))] if not summary.empty else summary
-        for rep, g in seed.groupby("repeat") if len(seed) else ():
-            if g.pool_size.nunique() < 2:
-                continue
-            best = g.loc[g.throughput_qps.idxmax()]
-            smallest = g.loc[g.pool_size.idxmin()]
-            # the seed: "throughput was highest with the smallest pool tested" <=> this ratio is 1
-            rows.put("mongo_models", "pool_sweep", "smallest_over_best_qps", "ratio", int(rep),
-                     smallest.throughput_qps / best.throughput_qps, "")
-            rows.put("mongo_models", "pool_sweep", "best_pool", "connections", int(rep), best.pool_size, "")
-
-    return rows.frame()
-
-
-def named(run: Run) -> dict[str, float]:
-    """{dotted name: median over repeats} of metrics(run): for notebooks that print the figures."""
-    return named_medians(metrics(run))

@@ -39,6 +39,7 @@ from ...core.datasets import SEED, order_document
 from ...core.measure import error_text
 from ...core.servers import STUDY_DB
 from ..base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import bulk_duplicates, bulk_summary
 from .workload import async_client, is_ferretdb, note_timeouts, run_async
 
 SCRATCH = "orders_bulk_scratch"
@@ -104,6 +105,43 @@ class BulkWrites(Experiment):
                              "n_inserted": "int", "write_errors": "int", "error_code": "int",
                              "first_error_index": "int", "error": "str"},
               "windows": window_columns(op="str", ordered="bool", docs="int", matching="str")}
+
+    metrics = (*(Metric(f"{op}_us_per_doc", "us", "lower") for op in
+                 ("insert_one", "insert_many", "insert_many_unordered", "bulk_write_upsert")),
+               *(Metric(f"{op}_s", "s", "lower") for op in
+                 ("insert_one_extrapolated", "insert_many", "insert_many_unordered", "bulk_write_upsert",
+                  "bulk_write_upsert_matching")),
+               *(Metric(n, "count", "") for n in ("insert_one_count", "documents", "dup_ordered_landed",
+                                                 "dup_unordered_landed", "dup_batch_docs", "dup_index")))
+
+    def compute_metrics(self, run, rows) -> None:
+        params = run.experiments.get(self.name, {}).get("params", {})
+        for _, r in bulk_summary(run).iterrows():
+            if not r.ok:
+                continue
+            rep = r["repeat"]
+            if r.op == "insert_one":
+                rows.put("", "insert_one_us_per_doc", rep, r.us_per_doc)
+                rows.put("", "insert_one_count", rep, r.documents)
+                if params.get("documents"):
+                    rows.put("", "insert_one_extrapolated_s", rep, r.us_per_doc * params["documents"] / 1e6)
+            elif r.op == "insert_many":
+                kind = "insert_many" if r.ordered else "insert_many_unordered"
+                rows.put("", f"{kind}_s", rep, r.total_s)
+                rows.put("", "documents", rep, r.documents)
+                if r.documents:
+                    rows.put("", f"{kind}_us_per_doc", rep, r.total_s / r.documents * 1e6)
+            elif r.op == "bulk_write_upsert":
+                if r.matching in (None, "0%"):
+                    rows.put("", "bulk_write_upsert_s", rep, r.total_s)
+                    rows.put("", "bulk_write_upsert_us_per_doc", rep, r.us_per_doc)
+                else:
+                    rows.put("", "bulk_write_upsert_matching_s", rep, r.total_s)
+        for _, r in bulk_duplicates(run).iterrows():
+            rep = r["repeat"]
+            rows.put("", f"dup_{'ordered' if r.ordered else 'unordered'}_landed", rep, r.landed)
+            rows.put("", "dup_batch_docs", rep, r.batch_docs)
+            rows.put("", "dup_index", rep, r.dup_index)
 
     def run(self, ctx) -> None:
         run_async(lambda: self._main(ctx))

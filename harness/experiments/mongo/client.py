@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ...core import datasets
 from ...core.measure import error_text
 from ..base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import SETUP_SUFFIXES, client_summary, setup_suffix
 from .workload import (
     DOCUMENTS,
     DRIVERS,
@@ -79,6 +80,21 @@ class ClientPerRequest(Experiment):
 
     def datasets(self, p: ClientParams) -> list:
         return [datasets.Orders(p.documents)]
+
+    metrics = (*(Metric(f"{mode}{suffix}{q}", "ms", "lower") for mode in MODES for suffix in SETUP_SUFFIXES
+                 for q in ("_ms", "_p50_ms")),
+               *(Metric(f"ratio{suffix}", "ratio", "lower") for suffix in SETUP_SUFFIXES))
+
+    def compute_metrics(self, run, rows) -> None:
+        per: dict[tuple[int, str], dict[str, float]] = {}
+        for _, r in client_summary(run).iterrows():
+            suffix = setup_suffix(r.loop, r.driver)
+            rows.put("", f"{r['mode']}{suffix}_ms", r["repeat"], r.mean_ms)
+            rows.put("", f"{r['mode']}{suffix}_p50_ms", r["repeat"], r.p50_ms)
+            per.setdefault((int(r["repeat"]), suffix), {})[r["mode"]] = r.mean_ms
+        for (rep, suffix), modes in per.items():
+            if modes.get("shared") and "per_request" in modes:
+                rows.put("", f"ratio{suffix}", rep, modes["per_request"] / modes["shared"])
 
     def run(self, ctx) -> None:
         p: ClientParams = ctx.params

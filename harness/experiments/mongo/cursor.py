@@ -36,6 +36,7 @@ from ...core import datasets
 from ...core.measure import error_text
 from ...core.probe import SAMPLE_COLUMNS, LoopProbe, measure_resolution, sample_rows
 from ..base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import cursor_key, cursor_summary, probe_idle
 from .workload import DOCUMENTS, async_client, is_ferretdb, note_timeouts, orders, run_async
 
 MIB = 1024 * 1024
@@ -117,6 +118,35 @@ class CursorStall(Experiment):
 
     def datasets(self, p: CursorParams) -> list:
         return [datasets.Orders(p.documents)]
+
+    metrics = (Metric("max_stall_ms", "ms", "lower"), Metric("max_stall_run_ms", "ms", "lower"),
+               Metric("max_stall_wait_share", "ratio", ""), Metric("p99_stall_ms", "ms", "lower"),
+               Metric("total_s", "s", "lower"), Metric("max_batch_docs", "count", ""), Metric("documents", "count", ""),
+               Metric("avg_doc_bytes", "count", ""), Metric("batch_size", "count", ""),
+               Metric("idle_max_ms", "ms", "lower"), Metric("idle_p99_ms", "ms", "lower"),
+               Metric("cpu_us_per_wakeup", "us", "lower"))
+
+    def compute_metrics(self, run, rows) -> None:
+        for _, r in cursor_summary(run).iterrows():
+            if not r.ok:
+                continue
+            # the MongoDB-sized (16 MiB) batches: one name whatever the batch size it came to
+            v = "mongodb_batches" if str(r.get("label") or "").startswith("MongoDB-sized") \
+                else cursor_key(r.method, r.batch_size)
+            rows.put(v, "max_batch_docs", r["repeat"], r.max_batch_docs)
+            rows.put(v, "max_stall_ms", r["repeat"], r.stall_max_ms)
+            rows.put(v, "max_stall_run_ms", r["repeat"], r.stall_run_max_ms)
+            rows.put(v, "max_stall_wait_share", r["repeat"], r.stall_max_wait_share)
+            rows.put(v, "p99_stall_ms", r["repeat"], r.stall_p99_ms)
+            rows.put(v, "total_s", r["repeat"], r.total_s)
+            rows.put("", "documents", r["repeat"], r.documents)
+        for _, r in probe_idle(run).iterrows():
+            rows.put("probe", "idle_max_ms", r["repeat"], r.lateness_max_ms)
+            rows.put("probe", "idle_p99_ms", r["repeat"], r.lateness_p99_ms)
+            rows.put("probe", "cpu_us_per_wakeup", r["repeat"], r.cpu_us_per_wakeup)
+        for _, r in run.table(self.name, "batching").iterrows():
+            rows.put("mongodb_batches", "avg_doc_bytes", r["repeat"], r.avg_doc_bytes)
+            rows.put("mongodb_batches", "batch_size", r["repeat"], r.batch_size)
 
     def run(self, ctx) -> None:
         p: CursorParams = ctx.params

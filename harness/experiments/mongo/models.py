@@ -27,7 +27,9 @@ from typing import Any
 
 from ...core import datasets
 from ...core.servers import database_pids
+from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import SEED_SETUP, models_summary, setup_suffix
 from .workload import (
     CLOSED_LOOP_SAMPLES,
     DOCUMENTS,
@@ -106,6 +108,53 @@ class ThreadsVsAsyncio(Experiment):
                                          loop=pt["loop"], driver=pt["driver"]))
         asyncs = list({pt["variant"]: pt for pt in asyncs}.values())
         return threads + asyncs
+
+    metrics = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"),
+               Metric("db_cpu_us_per_query", "us", "lower"), Metric("p50_ms", "ms", "lower"),
+               Metric("p99_ms", "ms", "lower"), Metric("max_ms", "ms", "lower"),
+               *(Metric(n, "% of a core", "") for n in ("client_cpu_pct", "client_cpu_wait_pct", "db_cpu_pct",
+                                                       "machine_cpu_pct")),
+               Metric("ferretdb_pg_conns_max", "count", ""), Metric("ferretdb_pg_pool", "count", ""),
+               Metric("smallest_over_best_qps", "ratio", ""), Metric("best_pool", "connections", ""),
+               CPU_REJECTED_METRIC)
+
+    def compute_metrics(self, run, rows) -> None:
+        params = run.experiments.get(self.name, {}).get("params", {})
+        summary = models_summary(run)
+        for _, r in summary.iterrows():
+            if r["mode"] == "threads":
+                names = [f"threads{r.workers}"]
+            else:
+                bare = f"async_{'semaphore' if r.semaphore else 'bare'}{setup_suffix(r.loop, r.driver)}"
+                # the pool sweep (seed's setup, no semaphore): one name per maxPoolSize
+                sweep = [f"async_pool{r.pool_size}"] if not r.semaphore and (r.loop, r.driver) == SEED_SETUP \
+                    and r.pool_size in params.get("pool_sweep", ()) else []
+                names = ([bare] if r.pool_size == params.get("pool_size", r.pool_size) else []) + sweep
+            limit = r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else ""
+            for v in names:
+                for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms", "client_cpu_pct",
+                          "client_cpu_wait_pct", "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
+                    if q in r:
+                        rows.put(v, q, r["repeat"], r[q], limit)
+        put_cpu_rejected(rows, summary)
+        windows = run.table(self.name, "windows")
+        if "ferretdb_pg_conns_max" in windows:
+            for _, w in windows[~windows.semaphore.astype(bool) & (windows["mode"] == "async")].iterrows():
+                if w.pool_size in params.get("pool_sweep", ()) and (w.loop, w.driver) == SEED_SETUP:
+                    rows.put(f"async_pool{w.pool_size}", "ferretdb_pg_conns_max", w["repeat"], w.ferretdb_pg_conns_max)
+        for _, r in run.table(self.name, "server_pool").iterrows():
+            rows.put("pool_sweep", "ferretdb_pg_pool", r["repeat"], r.pool_max_conns)
+        seed = summary[(summary["mode"] == "async") & ~summary.semaphore.astype(bool)
+                       & (summary.loop == SEED_SETUP[0]) & (summary.driver == SEED_SETUP[1])
+                       & summary.pool_size.isin(params.get("pool_sweep", ()))] if not summary.empty else summary
+        for rep, g in seed.groupby("repeat") if len(seed) else ():
+            if g.pool_size.nunique() < 2:
+                continue
+            best = g.loc[g.throughput_qps.idxmax()]
+            smallest = g.loc[g.pool_size.idxmin()]
+            # the seed: "throughput was highest with the smallest pool tested" <=> this ratio is 1
+            rows.put("pool_sweep", "smallest_over_best_qps", rep, smallest.throughput_qps / best.throughput_qps)
+            rows.put("pool_sweep", "best_pool", rep, best.pool_size)
 
     def run(self, ctx) -> None:
         p: ModelsParams = ctx.params

@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core import datasets
+from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import pool_summary, setup_suffix
 from .workload import (
     CLOSED_LOOP_SAMPLES,
     DOCUMENTS,
@@ -86,6 +88,26 @@ class PoolFairness(Experiment):
 
     def datasets(self, p: PoolParams) -> list:
         return [datasets.Orders(p.documents)]
+
+    metrics = (Metric("throughput_qps", "queries/s", "higher"), Metric("p50_ms", "ms", "lower"),
+               Metric("p99_ms", "ms", "lower"), Metric("p99_9_ms", "ms", "lower"), Metric("max_ms", "ms", "lower"),
+               Metric("ops_per_task_min", "count", ""), Metric("ops_per_task_max", "count", ""),
+               Metric("jain_index", "ratio", "higher"), Metric("errors", "count", "lower"),
+               Metric("max_over_window", "ratio", "lower"), CPU_REJECTED_METRIC)
+
+    def compute_metrics(self, run, rows) -> None:
+        params = run.experiments.get(self.name, {}).get("params", {})
+        summary = pool_summary(run)
+        for _, r in summary.iterrows():
+            v = f"{r['mode']}{setup_suffix(r.loop, r.driver)}"
+            for q in ("throughput_qps", "p50_ms", "p99_ms", "max_ms", "ops_per_task_min", "ops_per_task_max",
+                      "jain_index", "errors"):
+                rows.put(v, q, r["repeat"], r[q])
+            rows.put(v, "p99_9_ms", r["repeat"], r["p99.9_ms"])
+            # the slowest query as a fraction of the measured window: 1 = it waited the whole run
+            if params.get("duration_s"):
+                rows.put(v, "max_over_window", r["repeat"], r["max_ms"] / (1000.0 * float(params["duration_s"])))
+        put_cpu_rejected(rows, summary)
 
     def run(self, ctx) -> None:
         p: PoolParams = ctx.params

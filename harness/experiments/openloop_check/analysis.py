@@ -38,7 +38,6 @@ import pandas as pd
 from ...core import stats
 from ...core.store import Run
 from ...core.verdicts import AGREE, DIFFER
-from ..analysis import MetricRows
 
 EXPERIMENT = "openloop_check"
 THROUGHPUT_TOL = 0.05
@@ -214,33 +213,3 @@ def verdicts(figs: pd.DataFrame) -> pd.DataFrame:
                          "openloop_failed": orow["failed"], "vegeta_failed": v["failed"],
                          "verdict": res["verdict"], "differs": ",".join(res["differs"]), "reason": res["reason"]})
     return pd.DataFrame(rows)
-
-
-def metrics(run: Run) -> pd.DataFrame:
-    """Per-repeat figures (contract C1), ok cells only: per tool window throughput_rps, p50/p95/p99_ms
-    (openloop: corrected), naive_p*_ms, failure_rate, sent_fraction, lag_p99_ms; per Vegeta window
-    `agrees` (1 agree, 0 differ) and its p99 and throughput over openloop's; capacity_rps per repeat."""
-    m = MetricRows()
-    figs = figures(run)
-    for _, r in figs.iterrows():
-        v, k = r["variant"], int(r["repeat"])
-        m.put(EXPERIMENT, v, "throughput_rps", "req/s", k, r["throughput_rps"])
-        for q in QUANTILES:
-            m.put(EXPERIMENT, v, f"{q}_ms", "ms", k, r[f"{q}_ms"])
-            m.put(EXPERIMENT, v, f"naive_{q}_ms", "ms", k, r[f"naive_{q}_ms"])
-        m.put(EXPERIMENT, v, "failure_rate", "ratio", k, r["failure_rate"], "lower")
-        m.put(EXPERIMENT, v, "sent_fraction", "ratio", k, r["sent_fraction"])
-        m.put(EXPERIMENT, v, "lag_p99_ms", "ms", k, r["lag_p99_ms"], "lower")
-        if "generator_cpu_s" in r and r["sent"]:
-            m.put(EXPERIMENT, v, "generator_cpu_ms_per_request", "ms", k, r["generator_cpu_s"] / r["sent"] * 1000,
-                  "lower")
-    for _, r in verdicts(figs).iterrows():
-        v, k = r["vegeta"], int(r["repeat"])
-        m.put(EXPERIMENT, v, "agrees", "flag", k, 1.0 if r["verdict"] == AGREE else 0.0)
-        m.put(EXPERIMENT, v, "p99_over_openloop", "ratio", k, r["vegeta_p99_ms"] / r["openloop_p99_ms"])
-        m.put(EXPERIMENT, v, "throughput_over_openloop", "ratio", k,
-              r["vegeta_throughput_rps"] / r["openloop_throughput_rps"])
-    cap = run.table(EXPERIMENT, "capacity")
-    for _, r in cap.iterrows():
-        m.put(EXPERIMENT, "", "capacity_rps", "req/s", int(r["repeat"]), r["capacity_rps"])
-    return m.frame()

@@ -72,8 +72,10 @@ from ...core import datasets, openloop, processes
 from ...core.config import REPO_ROOT
 from ...core.errors import HarnessError
 from ...core.measure import CPUSampler, error_text, machine_busy_s
+from ...core.verdicts import AGREE
 from ..base import OTHER_COLUMNS, Experiment, Metric, Params, variant_id, window_columns
 from ..fastapi.workload import CLOUD_RTT_MS, QUERIES, Variant, index_key, request_path, search_index
+from .analysis import QUANTILES, figures, verdicts
 
 _ANY = {OTHER_COLUMNS: "any"}
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12"
@@ -194,6 +196,37 @@ class OpenloopCheck(Experiment):
         "smoke": {"documents": 300, "duration_s": 1.0, "drain_s": 5.0, "probe_s": 1.5, "connections": 4,
                   "settle_s": 0.25, "warmup_s": 0.3, "health_timeout_s": 30.0, "cpu_sample_s": 0.5, "timeout_s": 300.0},
     }
+
+    metrics = (Metric("throughput_rps", "req/s", ""), *(Metric(f"{q}_ms", "ms", "") for q in QUANTILES),
+               *(Metric(f"naive_{q}_ms", "ms", "") for q in QUANTILES), Metric("failure_rate", "ratio", "lower"),
+               Metric("sent_fraction", "ratio", ""), Metric("lag_p99_ms", "ms", "lower"),
+               Metric("generator_cpu_ms_per_request", "ms", "lower"), Metric("agrees", "flag", ""),
+               Metric("p99_over_openloop", "ratio", ""), Metric("throughput_over_openloop", "ratio", ""),
+               Metric("capacity_rps", "req/s", ""))
+
+    def compute_metrics(self, run, rows) -> None:
+        """Per tool window throughput_rps, p50/p95/p99_ms (openloop: corrected), naive_p*_ms,
+        failure_rate, sent_fraction, lag_p99_ms; per Vegeta window `agrees` (1 agree, 0 differ) and
+        its p99 and throughput over openloop's; capacity_rps per repeat."""
+        figs = figures(run)
+        for _, r in figs.iterrows():
+            v, k = r["variant"], int(r["repeat"])
+            rows.put(v, "throughput_rps", k, r["throughput_rps"])
+            for q in QUANTILES:
+                rows.put(v, f"{q}_ms", k, r[f"{q}_ms"])
+                rows.put(v, f"naive_{q}_ms", k, r[f"naive_{q}_ms"])
+            rows.put(v, "failure_rate", k, r["failure_rate"])
+            rows.put(v, "sent_fraction", k, r["sent_fraction"])
+            rows.put(v, "lag_p99_ms", k, r["lag_p99_ms"])
+            if "generator_cpu_s" in r and r["sent"]:
+                rows.put(v, "generator_cpu_ms_per_request", k, r["generator_cpu_s"] / r["sent"] * 1000)
+        for _, r in verdicts(figs).iterrows():
+            v, k = r["vegeta"], int(r["repeat"])
+            rows.put(v, "agrees", k, 1.0 if r["verdict"] == AGREE else 0.0)
+            rows.put(v, "p99_over_openloop", k, r["vegeta_p99_ms"] / r["openloop_p99_ms"])
+            rows.put(v, "throughput_over_openloop", k, r["vegeta_throughput_rps"] / r["openloop_throughput_rps"])
+        for _, r in run.table(self.name, "capacity").iterrows():
+            rows.put("", "capacity_rps", int(r["repeat"]), r["capacity_rps"])
 
     def datasets(self, p):
         return [datasets.Listings(p.documents)]

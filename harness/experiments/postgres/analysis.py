@@ -67,9 +67,9 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
 - limit, limit_reason: the seed's decision rule (`limiting_resource`); client_cores: the cores the
   client could run on (the split cells' half; NaN in runs that did not record it).
 
-Metric names: `metrics(run)` gives one row per figure and repeat (contract C1 in harness.experiments.analysis;
-ok cells only; `bottleneck` = the variant's limit in that repeat); `named(run)` the median over
-repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (count):
+Metric names: `pg_models` and `pg_ceiling` declare and compute their figures in their own modules
+(`metrics`, `compute_metrics`; contract C1 in harness.experiments.analysis; ok cells only;
+`bottleneck` = the variant's limit in that repeat):
   pg_models.<regime>.pool<P>.<model>.<q>            per model, where
       <regime> = slow (a pg_sleep per request, the seed's 10 ms) | fast (none)
                | bound (the database time chosen by calibration so that the pool limits:
@@ -111,7 +111,6 @@ repeats by dotted name, plus `pg_models.cores`, the logical cores the run had (c
 from __future__ import annotations
 
 import math
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -120,8 +119,8 @@ import pandas as pd
 from ...core import stats
 from ...core.measure import window_completed
 from ...core.store import Run
-from ..analysis import BUSY, MetricRows, cores, demand_pct, fit_cpu, named_medians, put_cpu_rejected
-from .workload import MODELS, SEED_MODELS
+from ..analysis import BUSY, cores, demand_pct, fit_cpu
+from .workload import MODELS
 
 LITTLE_BAND = 0.03   # Little's law in one window: |ratio - 1| <= this + LITTLE_Z standard errors
 LITTLE_Z = 1.96
@@ -222,7 +221,7 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                               f"machine {busy:.0f}% of {100 * n_cores}%")
 
 
-def _db_time_s(calibration: pd.DataFrame) -> float:
+def db_time_s(calibration: pd.DataFrame) -> float:
     return float(stats.percentiles(calibration["latency_s"].to_numpy(), [50.0])[0])
 
 
@@ -263,7 +262,7 @@ def models_table(run: Run, experiment: str = "pg_models") -> pd.DataFrame:
         c = calib[(calib["repeat"] == w["repeat"]) & (calib["variant"] == w["variant"])]
         completed, rps_definition = window_completed(w)
         rps = stats.throughput(completed, float(w["wall_s"]))
-        db_time = _db_time_s(c) if len(c) else math.nan
+        db_time = db_time_s(c) if len(c) else math.nan
         pool_bound = w["pool"] / db_time if db_time > 0 else math.nan
         cpu = window_cpu(w, completed, n_cores)
         cpu_pct, wait_pct = cpu["cpu_pct"], cpu["cpu_wait_pct"]
@@ -463,119 +462,10 @@ def seed_table(run: Run) -> pd.DataFrame:
     return pd.DataFrame(out).set_index(["configuration", "quantity"])
 
 
-_UNITS = {"rps": ("req/s", "higher"), "tps_reported": ("transactions/s", "higher"),
-          "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"), "mean_ms": ("ms", "lower"),
-          "latency_avg_ms_reported": ("ms", "lower"), "p99_p50_ratio": ("ratio", "lower"),
-          "cpu_pct": ("% of a core", "lower"), "cpu_wait_pct": ("% of a core", ""),
-          "server_cpu_pct": ("% of a core", ""),
-          "machine_cpu_pct": ("% of a core", ""), "other_cpu_pct": ("% of a core", ""),
-          "cpu_us_per_req": ("us", "lower"), "server_cpu_us_per_req": ("us", "lower"),
-          "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
-          "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
-          "pool_query_frac": ("ratio", ""), "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
-          "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
-          "jain": ("ratio", "higher"), "errors": ("count", "lower"), "per_connection_rps": ("req/s", ""),
-          "rps_min": ("req/s", "higher"), "rps_max": ("req/s", "higher"),
-          "asyncio_rps_min": ("req/s", "higher"), "asyncio_rps_max": ("req/s", "higher"),
-          "tps": ("transactions/s", "higher"), "chosen_db_ms": ("ms", ""), "chosen_client_cores_needed": ("cores", ""),
-          "chosen_machine_cores_needed": ("cores", ""), "cost_client_us": ("us", ""),
-          "chosen_share_cores": ("cores", ""), "chosen_ceiling_rps": ("req/s", ""),
-          "chosen_server_cores_needed": ("cores", ""), "probe_client_us": ("us", ""), "probe_server_us": ("us", "")}
-MODEL_QUANTITIES = ("rps", "p50_ms", "p99_ms", "mean_ms", "p99_p50_ratio", "cpu_pct", "cpu_wait_pct",
-                    "cpu_us_per_req", "server_cpu_pct", "machine_cpu_pct", "other_cpu_pct", "server_cpu_us_per_req",
-                    "db_time_ms", "pool_bound_rps", "pool_bound_frac", "held_ms", "held_over_db_time",
-                    "pool_busy_frac", "pool_query_frac", "littles_law_ms", "littles_law_ratio",
-                    "ops_per_client_min", "ops_per_client_max", "jain", "errors")
-
-
-def _unit_better(metric: str) -> tuple[str, str]:
-    if metric in _UNITS:
-        return _UNITS[metric]
-    if "_ratio." in metric:
-        return "ratio", ""
-    return "", ""
-
-
-def metrics(run: Run) -> pd.DataFrame:
-    """Per-repeat figures in contract C1's long form (harness.experiments.analysis), from ok cells only.
-    Dotted names as in the module docstring: experiment `pg_models`, variant
-    `<regime>.pool<P>.<model>` (or `<regime>.pool<P>` for a figure of the configuration), metric
-    `<q>`; `bottleneck` is the seed's limiting resource of that variant in that repeat."""
-    rows = MetricRows()
-
-    def put(exp: str, variant: str, metric: str, repeat, value, bottleneck: str = "") -> None:
-        unit, better = _unit_better(metric)
-        rows.put(exp, variant, metric, unit, int(repeat), value, better, bottleneck)
-
-    t = models_table(run)
-    if not t.empty:
-        calib = run.table("pg_models", "calibration")
-        for _, r in t.iterrows():
-            v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
-            for q in MODEL_QUANTITIES:
-                put("pg_models", v, q, r["repeat"], r[q], r["limit"])
-        put_cpu_rejected(rows, "pg_models", t)
-        for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
-            base = f"{regime}.pool{int(pool)}"
-            by_model = g.set_index("model")
-            seed = by_model.loc[[m for m in SEED_MODELS if m in by_model.index], "rps"]
-            if len(seed):
-                put("pg_models", base, "rps_min", rep, seed.min())
-                put("pg_models", base, "rps_max", rep, seed.max())
-            aio = by_model.loc[[m for m in ASYNCIO_DEFAULT_LOOP if m in by_model.index], "rps"]
-            if len(aio):
-                put("pg_models", base, "asyncio_rps_min", rep, aio.min())
-                put("pg_models", base, "asyncio_rps_max", rep, aio.max())
-            c = calib[(calib["regime"] == regime) & (calib["pool"] == pool) & (calib["repeat"] == rep)]
-            if len(c):
-                db = _db_time_s(c)
-                put("pg_models", base, "pool_bound_rps", rep, pool / db)
-                put("pg_models", base, "per_connection_rps", rep, 1.0 / db)
-            for q in ("rps", "cpu_us_per_req", "p99_ms"):
-                for a, b in combinations([m for m in MODELS if m in by_model.index], 2):
-                    den = float(by_model.at[b, q])
-                    put("pg_models", base, f"{q}_ratio.{a}_over_{b}", rep,
-                        float(by_model.at[a, q]) / den if den else math.nan)
-    chosen = ((bound_regime(run), "bound", ("db_ms", "client_cores_needed", "machine_cores_needed"),
-               {"cost_client_us": "client_us"}),
-              (split_regime(run), "split", ("share_cores", "ceiling_rps", "server_cores_needed"),
-               {"probe_client_us": "client_us", "probe_server_us": "server_us"}))
-    for table, regime, quantities, readings in chosen:   # what each calibrated regime chose, and from what
-        for _, r in table.iterrows():
-            if bool(r["reachable"]):
-                base = f"{regime}.pool{int(r['pool'])}"
-                for q in quantities:
-                    put("pg_models", base, f"chosen_{q}", r["repeat"], r[q])
-                for name, column in readings.items():
-                    put("pg_models", base, name, r["repeat"], r[column])
-    c = ceiling_table(run)
-    if not c.empty:
-        for _, r in c.iterrows():
-            v = f"{r['regime']}.c{int(r['clients'])}.{r['mode']}"
-            for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
-                      "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
-                put("pg_ceiling", v, q, r["repeat"], r[q])
-        put_cpu_rejected(rows, "pg_ceiling", c)
-        for (regime, rep), g in c.groupby(["regime", "repeat"]):
-            for clients, gc in g.groupby("clients"):
-                put("pg_ceiling", f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
-            top = g[g["clients"] == g["clients"].max()]
-            put("pg_ceiling", regime, "tps", rep, top["rps"].max())
-    return rows.frame()
-
-
-def named(run: Run) -> dict[str, float]:
-    """{dotted name: median over repeats} of metrics(run): for notebooks that print the figures."""
-    out = named_medians(metrics(run))
-    if out and "pg_models" in run.experiments:
-        out["pg_models.cores"] = float(cores(run))
-    return out
-
-
 def model_label(model: str) -> str:
     return MODEL_LABELS.get(model, model)
 
 
 __all__ = ["models_table", "ceiling_table", "bound_regime", "split_regime", "failures", "completions", "seed_table",
-           "metrics", "limiting_resource", "littles_law_check", "cores", "config_label", "named", "model_label",
+           "limiting_resource", "littles_law_check", "cores", "config_label", "model_label",
            "MODEL_LABELS"]

@@ -66,7 +66,9 @@ from ...core.measure import (
     machine_busy_s,
     waited_s,
 )
+from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import ceiling_table
 from .workload import fmt_ms, pgbench_script, regime_name
 
 MODES = ("prepared", "simple", "extended")
@@ -172,6 +174,30 @@ class PgCeiling(Experiment):
 
     def datasets(self, p: PgCeilingParams) -> list:
         return [datasets.Accounts(p.rows)]
+
+    metrics = (Metric("rps", "req/s", "higher"), Metric("tps", "transactions/s", "higher"),
+               Metric("tps_reported", "transactions/s", "higher"), Metric("p50_ms", "ms", "lower"),
+               Metric("p99_ms", "ms", "lower"), Metric("latency_avg_ms_reported", "ms", "lower"),
+               Metric("cpu_pct", "% of a core", "lower"), Metric("cpu_wait_pct", "% of a core", ""),
+               Metric("cpu_us_per_req", "us", "lower"), Metric("server_cpu_pct", "% of a core", ""),
+               Metric("server_cpu_us_per_req", "us", "lower"), Metric("machine_cpu_pct", "% of a core", ""),
+               CPU_REJECTED_METRIC)
+
+    def compute_metrics(self, run, rows) -> None:
+        c = ceiling_table(run)
+        if c.empty:
+            return
+        for _, r in c.iterrows():
+            v = f"{r['regime']}.c{int(r['clients'])}.{r['mode']}"
+            for q in ("rps", "tps_reported", "p50_ms", "p99_ms", "latency_avg_ms_reported", "cpu_pct",
+                      "cpu_wait_pct", "cpu_us_per_req", "server_cpu_pct", "server_cpu_us_per_req", "machine_cpu_pct"):
+                rows.put(v, q, r["repeat"], r[q])
+        put_cpu_rejected(rows, c)
+        for (regime, rep), g in c.groupby(["regime", "repeat"]):
+            for clients, gc in g.groupby("clients"):
+                rows.put(f"{regime}.c{int(clients)}", "tps", rep, gc["rps"].max())
+            top = g[g["clients"] == g["clients"].max()]
+            rows.put(regime, "tps", rep, top["rps"].max())
 
     def run(self, ctx: Context) -> None:
         p: PgCeilingParams = ctx.params

@@ -90,13 +90,16 @@ import math
 import os
 from contextlib import ExitStack
 from dataclasses import dataclass
+from itertools import combinations
 
 import pandas as pd
 
 from ...core import cgroup, datasets, placement, stats
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
+from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
+from .analysis import ASYNCIO_DEFAULT_LOOP, bound_regime, db_time_s, models_table, split_regime
 from .workload import MODELS, SEED_MODELS, VariantSpec, fmt_ms, run_in_child
 from .workload import tables as pg_tables
 
@@ -366,6 +369,23 @@ def artifact_stem(model: str, slow_ms: float, pool: int) -> str:
     return f"{model}_slow{fmt_ms(slow_ms)}_pool{pool}"
 
 
+# Each model's figures per repeat (variant `<regime>.pool<P>.<model>`): unit and better direction
+MODEL_UNITS = {"rps": ("req/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
+               "mean_ms": ("ms", "lower"), "p99_p50_ratio": ("ratio", "lower"), "cpu_pct": ("% of a core", "lower"),
+               "cpu_wait_pct": ("% of a core", ""), "cpu_us_per_req": ("us", "lower"),
+               "server_cpu_pct": ("% of a core", ""), "machine_cpu_pct": ("% of a core", ""),
+               "other_cpu_pct": ("% of a core", ""), "server_cpu_us_per_req": ("us", "lower"),
+               "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
+               "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
+               "pool_query_frac": ("ratio", ""), "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),
+               "ops_per_client_min": ("requests", "higher"), "ops_per_client_max": ("requests", ""),
+               "jain": ("ratio", "higher"), "errors": ("count", "lower")}
+MODEL_QUANTITIES = tuple(MODEL_UNITS)
+RATIO_QUANTITIES = ("rps", "cpu_us_per_req", "p99_ms")   # each pair of models, a before b in MODELS
+CHOSEN_UNITS = {"db_ms": "ms", "client_cores_needed": "cores", "machine_cores_needed": "cores",
+                "share_cores": "cores", "ceiling_rps": "req/s", "server_cores_needed": "cores"}
+
+
 class PgModels(Experiment):
     name = "pg_models"
     title = ("Threads vs asyncio against PostgreSQL: five client models, slow and fast queries, two pools, "
@@ -412,6 +432,59 @@ class PgModels(Experiment):
                                "by_pool_cores": "float", "by_server_cores": "float", "limited_by": "str",
                                "server_cores_needed": "float", "reachable": "bool", "reason": "str",
                                "chosen_in_repeat": "int"}}
+
+    metrics = (*(Metric(name, unit, better) for name, (unit, better) in MODEL_UNITS.items()),
+               *(Metric(f"{q}_ratio.{a}_over_{b}", "ratio", "") for q in RATIO_QUANTITIES
+                 for a, b in combinations(MODELS, 2)),
+               *(Metric(name, "req/s", "higher") for name in ("rps_min", "rps_max", "asyncio_rps_min",
+                                                              "asyncio_rps_max")),
+               Metric("per_connection_rps", "req/s", ""),
+               *(Metric(f"chosen_{q}", unit, "") for q, unit in CHOSEN_UNITS.items()),
+               *(Metric(name, "us", "") for name in ("cost_client_us", "probe_client_us", "probe_server_us")),
+               CPU_REJECTED_METRIC)
+
+    def compute_metrics(self, run, rows) -> None:
+        t = models_table(run)
+        if not t.empty:
+            calib = run.table(self.name, "calibration")
+            for _, r in t.iterrows():
+                v = f"{r['regime']}.pool{int(r['pool'])}.{r['model']}"
+                for q in MODEL_QUANTITIES:
+                    rows.put(v, q, r["repeat"], r[q], r["limit"])
+            put_cpu_rejected(rows, t)
+            for (regime, pool, rep), g in t.groupby(["regime", "pool", "repeat"], sort=False):
+                base = f"{regime}.pool{int(pool)}"
+                by_model = g.set_index("model")
+                seed = by_model.loc[[m for m in SEED_MODELS if m in by_model.index], "rps"]
+                if len(seed):
+                    rows.put(base, "rps_min", rep, seed.min())
+                    rows.put(base, "rps_max", rep, seed.max())
+                aio = by_model.loc[[m for m in ASYNCIO_DEFAULT_LOOP if m in by_model.index], "rps"]
+                if len(aio):
+                    rows.put(base, "asyncio_rps_min", rep, aio.min())
+                    rows.put(base, "asyncio_rps_max", rep, aio.max())
+                c = calib[(calib["regime"] == regime) & (calib["pool"] == pool) & (calib["repeat"] == rep)]
+                if len(c):
+                    db = db_time_s(c)
+                    rows.put(base, "pool_bound_rps", rep, pool / db)
+                    rows.put(base, "per_connection_rps", rep, 1.0 / db)
+                for q in RATIO_QUANTITIES:
+                    for a, b in combinations([m for m in MODELS if m in by_model.index], 2):
+                        den = float(by_model.at[b, q])
+                        rows.put(base, f"{q}_ratio.{a}_over_{b}", rep,
+                                 float(by_model.at[a, q]) / den if den else math.nan)
+        chosen = ((bound_regime(run), "bound", ("db_ms", "client_cores_needed", "machine_cores_needed"),
+                   {"cost_client_us": "client_us"}),
+                  (split_regime(run), "split", ("share_cores", "ceiling_rps", "server_cores_needed"),
+                   {"probe_client_us": "client_us", "probe_server_us": "server_us"}))
+        for table, regime, quantities, readings in chosen:   # what each calibrated regime chose, and from what
+            for _, r in table.iterrows():
+                if bool(r["reachable"]):
+                    base = f"{regime}.pool{int(r['pool'])}"
+                    for q in quantities:
+                        rows.put(base, f"chosen_{q}", r["repeat"], r[q])
+                    for name, column in readings.items():
+                        rows.put(base, name, r["repeat"], r[column])
 
     def datasets(self, p: PgModelsParams) -> list:
         return [datasets.Accounts(p.rows)]

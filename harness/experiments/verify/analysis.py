@@ -40,7 +40,7 @@ MongoDB (seed 001), `verify_mongo`:
     001-bulk         "loaders use insert_many or bulk_write" (only with allow_writes, in a scratch
                      collection): time per document one by one over insert_many's, above 1
 
-`metrics(run)` gives the experiments' per-repeat figures in contract C1's long form.
+Each experiment's per-repeat figures are its own `compute_metrics` (contract C1's long form).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from ...core import stats
 from ...core.seed_lines import LINES as SEED_LINES
 from ...core.store import Run
 from ...core.verdicts import CHECKS, FAIL, INCONCLUSIVE, PASS
-from ..analysis import BUSY, MetricRows
+from ..analysis import BUSY
 from ..mongo.analysis import closed_loop_summary, stall_split
 from ..postgres.analysis import models_table
 
@@ -478,37 +478,3 @@ def checks(run: Run) -> pd.DataFrame:
     rows = pg_checks(run) if "verify_postgres" in run.experiments else []
     rows += mongo_checks(run) if "verify_mongo" in run.experiments else []
     return pd.DataFrame(rows, columns=list(CHECK_COLUMNS))
-
-
-# ---------------------------------------------------------------------------------------------- metrics
-
-PG_FIGURES = {"rps": ("req/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
-              "p99_p50_ratio": ("ratio", "lower"), "cpu_us_per_req": ("us", "lower"),
-              "pool_bound_frac": ("ratio", ""), "db_time_ms": ("ms", "lower")}
-MONGO_FIGURES = {"throughput_qps": ("queries/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": ("ms", "lower"),
-                 "max_ms": ("ms", "lower"), "max_over_p99": ("ratio", "lower"),
-                 "fewest_over_most": ("ratio", "higher"), "cpu_us_per_op": ("us", "lower")}
-
-
-def metrics(run: Run) -> pd.DataFrame:
-    rows = MetricRows()
-    if "verify_postgres" in run.experiments:
-        t = models_table(run, "verify_postgres")
-        for _, r in t.iterrows():
-            for q, (unit, better) in PG_FIGURES.items():
-                rows.put("verify_postgres", r["variant"], q, unit, int(r["repeat"]), r[q], better, r["limit"])
-    if "verify_mongo" in run.experiments:
-        t = closed_loop(run)
-        for _, r in t.iterrows():
-            r = r.copy()
-            r["cpu_us_per_op"] = r["cpu_us_per_query"]
-            for q, (unit, better) in MONGO_FIGURES.items():
-                rows.put("verify_mongo", r["variant"], q, unit, int(r["repeat"]), r[q], better,
-                         str(r.get("bottleneck", "") or ""))
-        for _, r in stalls(run).iterrows():
-            rows.put("verify_mongo", r["variant"], "max_stall_ms", "ms", int(r["repeat"]), r["max_stall_ms"], "lower")
-            rows.put("verify_mongo", r["variant"], "max_stall_run_ms", "ms", int(r["repeat"]), r["max_stall_run_ms"],
-                     "lower")
-            rows.put("verify_mongo", r["variant"], "max_stall_wait_share", "ratio", int(r["repeat"]),
-                     r["max_stall_wait_share"])
-    return rows.frame()

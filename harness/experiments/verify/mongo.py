@@ -59,6 +59,7 @@ from ..mongo.workload import (
     run_async,
     threads_variant,
 )
+from .analysis import closed_loop, stalls
 
 EXAMPLE = REPO_ROOT / "examples" / "workloads" / "mongodb_orders.toml"
 SCRATCH_PREFIX = "harness_verify_scratch_"   # the only collections a verify run writes, each dropped after
@@ -161,6 +162,23 @@ class VerifyMongo(Experiment):
         "clients": {"variant": "str", "method": "str", "queries": "int", "wall_s": "float", "ok": "bool",
                     "error": "str"},
     }
+
+    metrics = (Metric("throughput_qps", "queries/s", "higher"), Metric("p50_ms", "ms", "lower"),
+               Metric("p99_ms", "ms", "lower"), Metric("max_ms", "ms", "lower"),
+               Metric("max_over_p99", "ratio", "lower"),
+               Metric("fewest_over_most", "ratio", "higher"), Metric("cpu_us_per_op", "us", "lower"),
+               Metric("max_stall_ms", "ms", "lower"), Metric("max_stall_run_ms", "ms", "lower"),
+               Metric("max_stall_wait_share", "ratio", ""))
+
+    def compute_metrics(self, run, rows) -> None:
+        for _, r in closed_loop(run).iterrows():
+            bottleneck = str(r.get("bottleneck", "") or "")
+            for q in ("throughput_qps", "p50_ms", "p99_ms", "max_ms", "max_over_p99", "fewest_over_most"):
+                rows.put(r["variant"], q, int(r["repeat"]), r[q], bottleneck)
+            rows.put(r["variant"], "cpu_us_per_op", int(r["repeat"]), r["cpu_us_per_query"], bottleneck)
+        for _, r in stalls(run).iterrows():
+            for q in ("max_stall_ms", "max_stall_run_ms", "max_stall_wait_share"):
+                rows.put(r["variant"], q, int(r["repeat"]), r[q])
 
     def datasets(self, p: VerifyMongoParams) -> list:
         return [datasets.Orders(p.documents)] if p.body().get("dataset") == "orders" else []

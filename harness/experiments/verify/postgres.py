@@ -42,6 +42,7 @@ from ...core.config import REPO_ROOT
 from ...core.errors import HarnessError
 from ...core.measure import error_text, find_postmaster
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, variant_id, window_columns
+from ..postgres.analysis import models_table
 from ..postgres.workload import MODELS, READ_ONLY_SESSION, SEED_MODELS, VariantSpec, run_in_child
 from ..postgres.workload import tables as pg_tables
 from . import reach, rights
@@ -252,6 +253,15 @@ class VerifyPostgres(Experiment):
     headline = (Metric("rps", "req/s", "higher"), Metric("p99_ms", "ms", "lower"),
                 Metric("cpu_us_per_req", "us", "lower"))
     tables = pg_tables(window_columns, OTHER_COLUMNS)
+
+    metrics = (Metric("rps", "req/s", "higher"), Metric("p50_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
+               Metric("p99_p50_ratio", "ratio", "lower"), Metric("cpu_us_per_req", "us", "lower"),
+               Metric("pool_bound_frac", "ratio", ""), Metric("db_time_ms", "ms", "lower"))
+
+    def compute_metrics(self, run, rows) -> None:
+        for _, r in models_table(run, self.name).iterrows():
+            for m in self.metrics:
+                rows.put(r["variant"], m.name, int(r["repeat"]), r[m.name], r["limit"])
 
     def datasets(self, p: VerifyPostgresParams) -> list:
         return [datasets.Accounts(p.rows)] if p.body().get("dataset") == "accounts" else []
