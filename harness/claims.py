@@ -44,7 +44,7 @@ Verdicts, decided in this order:
                        no verdict rests on it); an equivalence row with a zero
 plus `not measured in this run` when a figure is missing.
 
-Multiple comparisons, by lesson (issue 35). Each judged row runs two one-sided tests (its seed's
+Multiple comparisons, by lesson. Each judged row runs two one-sided tests (its seed's
 side and the opposite one). `verdict_raw` is each row's own verdict; `verdict` applies the
 adjustment of the row's family (`adjust`, `error_family`): the ledger names one primary row per
 lesson (`primary`, the README's twelve, written before any run), and Holm's step-down adjustment

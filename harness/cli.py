@@ -1,10 +1,10 @@
 """Command line: `python -m harness list | run | study | verify | report | runs | show | compare |
-history | power | docs | summarise | promote | keep | servers`.
+history | power | findings | docs | summarise | promote | keep | servers`.
 
 Argument parsing and calls into the floors below. Every HarnessError becomes a one-paragraph message
 on stderr and exit status 2; no traceback for problems the user can fix. `compare` and `history
 --changed` exit 1 when they find a difference, `docs` when a generated block is stale; `show`,
-`compare` and `history` take `--json`.
+`compare`, `history` and `findings` take `--json`.
 """
 
 from __future__ import annotations
@@ -411,6 +411,35 @@ def power_cmd(write_doc, processor) -> None:
     click.echo(power.power_text(power.power_table(processor=processor)))
 
 
+@cli.command("findings")
+@click.argument("run_ref", metavar="[RUN]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the lessons as JSON.")
+@_data_dir
+def findings_cmd(run_ref, as_json, data_dir) -> None:
+    """The twelve lessons as RUN judged them (default: the reference), each with what to do, the
+    figure beside the seed's, and the lesson pooled across the committed runs (the README's table)."""
+    from . import answer, findings
+    from .core import pooling
+
+    run_ = store.open_run(run_ref, data_dir) if run_ref else None
+    if run_ is None:
+        ref = findings.reference_summary(data_dir)
+        if ref is None:
+            raise HarnessError("no reference run under data/reference: name a RUN")
+        run_ = store.open_run(str(ref.parent), data_dir)
+    summary = store.load_summary(run_.path)
+    runs = pooling.committed_runs(data_dir=data_dir)
+    rows = answer.rows(summary, findings.committed_pooled(runs=runs), answer.kinds_pooled(runs))
+    if as_json:
+        click.echo(json.dumps({"run_id": run_.id, "lessons": rows}, indent=2, default=str))
+        return
+    click.echo(f"{run_.id}: {len(rows)} lessons")
+    for r in rows:
+        text = {k: str(r[k] or "—").replace("**", "") for k in ("here", "across", "do")}
+        click.echo(f"{r['id']:14} {r['lesson']}\n    this run: {text['here']}\n"
+                   f"    across machines: {text['across']}\n    do: {text['do']}")
+
+
 @cli.command("docs")
 @click.option("--write", "write_docs", is_flag=True, help="Rewrite the blocks instead of checking them.")
 def docs_cmd(write_docs) -> None:
@@ -447,37 +476,32 @@ def summarise_cmd(run_ref, data_dir) -> None:
 
 @cli.command("promote")
 @click.argument("run_ref", metavar="RUN")
+@click.option("--force", is_flag=True, help="Promote it even if its experiment versions are the reference's.")
 @_data_dir
-def promote_cmd(run_ref, data_dir) -> None:
+def promote_cmd(run_ref, data_dir, force) -> None:
     """Make RUN (a complete run of data/runs) the reference: the current reference's manifest and
-    summary go to data/history (its raw data to data/runs), RUN moves to data/reference."""
-    # by id, since a path to it moves with it; and a wrong RUN is said before the notebook stack loads
-    run_id = store.open_run(run_ref, data_dir).id
-    from . import report as report_mod
-    from . import summary
-    from .core import figures
+    summary go to data/history (its raw data to data/runs), RUN moves to data/reference. Only a run
+    whose experiment versions differ from the reference's is promoted without --force: the
+    reference's raw data serve the report as long as its code is current (docs/METHODS.md)."""
+    from . import study
 
-    for d in store.list_runs(data_dir, where=("reference",)):
-        if not d["has_summary"]:   # the old reference keeps only its summary in history: write it first
-            summary.write(Path(d["path"]))
-    for line in store.promote(run_ref, data_dir):
+    for line in study.promote(run_ref, data_dir, force):
         click.echo(line)
-    reference = store.open_run(run_id, data_dir)
-    if figures.is_repository_reference(reference):   # its report's figures become the citable ones
-        lines = figures.adopt(reference.path / figures.RUN_FIGURES, reference.path, report_mod.FIGURES_DIR)
-        for line in lines or [f"{reference.id} has no report figures yet: `harness report {reference.id}` "
-                              f"writes them to {report_mod.FIGURES_DIR}"]:
-            click.echo(line)
 
 
 @cli.command("keep")
 @click.argument("run_ref", metavar="RUN")
+@click.option("--force", is_flag=True, help="Keep it even if it only adds another run of a boot already pooled twice.")
 @_data_dir
-def keep_cmd(run_ref, data_dir) -> None:
+def keep_cmd(run_ref, data_dir, force) -> None:
     """Commit RUN (a complete run of data/runs) to history: its manifest and summary are copied to
-    data/history/<id>/, where `history --lessons` and the README's pooled column read it."""
-    dest = store.keep(run_ref, data_dir)
-    click.echo(f"{dest.name}: manifest.json and summary.json -> {dest} (`git add {dest}` commits it)")
+    data/history/<id>/, where `history --lessons` and the README's pooled column read it. Says what
+    RUN adds to the pool (a new machine, a new kind of processor, new experiment versions); a run
+    that only adds another run of a boot the pool already holds twice needs --force."""
+    from . import study
+
+    for line in study.keep(run_ref, data_dir, force):
+        click.echo(line)
 
 
 @cli.command("runs")

@@ -1,4 +1,4 @@
-"""Notebooks executed with papermill against a run, exported to one HTML report (issue 6).
+"""Notebooks executed with papermill against a run, exported to one HTML report.
 
 `build(run)` executes the notebooks in `notebooks/` that fit the run (`notebooks_for`: the findings,
 the summary and the notebook each of the run's experiments declares, and `06_workload.ipynb` for a

@@ -425,7 +425,7 @@ def _keep_server_logs(stack: ServerStack, dest: Path) -> None:
 
 
 def timing_lines(manifest: Mapping[str, Any]) -> list[str]:
-    """Per experiment wall and measured time, and the run's measured/wall ratio (issue 10 item 6)."""
+    """Per experiment wall and measured time, and the run's measured/wall ratio."""
     timing = manifest.get("timing") or {}
     lines = []
     for name, t in timing.items():
@@ -437,3 +437,49 @@ def timing_lines(manifest: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {'run':16} wall {wall:8.1f} s  measured {measured:8.1f} s  ({measured / wall:.0%})")
     return lines
 
+
+
+# -- committing a run: as the reference, or to the pool ------------------------------------------------
+
+def promote(run_ref: str, data_dir: Path | None = None, force: bool = False) -> list[str]:
+    """Make run `run_ref` the reference (`store.promote`), one line per move: first the old
+    reference's summary written if it has none (history keeps only its summary), then the moves,
+    then its report's figures adopted as the citable ones (`figures.adopt`). Refused, before anything
+    moves, when it measured the reference's experiment versions, unless `force`."""
+    new = store.open_run(run_ref, data_dir)   # by id from here: a path to it moves with it
+    current = store.list_runs(data_dir, where=("reference",))
+    if current and not force and store.experiment_versions(new.manifest) \
+            == store.experiment_versions(store.load_manifest(Path(current[0]["path"]))):
+        raise HarnessError(f"run {new.id} measured the same experiment versions as the reference "
+                           f"{current[0]['run_id']}: not promoted (`harness keep {new.id}` adds it to the "
+                           "pool); --force promotes it anyway")
+    from . import report, summary
+    from .core import figures
+
+    for d in current:
+        if not d["has_summary"]:
+            summary.write(Path(d["path"]))
+    lines = list(store.promote(new.id, data_dir))
+    reference = store.open_run(new.id, data_dir)
+    if figures.is_repository_reference(reference):
+        adopted = figures.adopt(reference.path / figures.RUN_FIGURES, reference.path, report.FIGURES_DIR)
+        lines += adopted or [f"{reference.id} has no report figures yet: `harness report {reference.id}` "
+                             f"writes them to {report.FIGURES_DIR}"]
+    return lines
+
+
+def keep(run_ref: str, data_dir: Path | None = None, force: bool = False) -> list[str]:
+    """Commit run `run_ref` to history (`store.keep`), saying what it adds to the pool
+    (`pooling.what_it_adds`); refused when it adds only another run of a boot already pooled
+    `pooling.POOLED_ENOUGH` times, unless `force`."""
+    from .core import pooling
+
+    run_ = store.open_run(run_ref, data_dir)
+    adds = pooling.what_it_adds(run_.manifest, store.committed_manifests(data_dir))
+    if not adds and not force:
+        raise HarnessError(f"run {run_.id} adds only another run of boot {(store.boot_id(run_.manifest) or '?')[:8]}, "
+                           f"which the pool already holds {pooling.POOLED_ENOUGH} times or more (its runs count "
+                           "once between them): not kept; --force keeps it anyway")
+    dest = store.keep(run_.id, data_dir)
+    return [f"{dest.name} adds " + ("; ".join(adds) if adds else "another run of a boot already pooled (--force)"),
+            f"{dest.name}: manifest.json.gz and summary.json.gz -> {dest} (`git add {dest}` commits it)"]

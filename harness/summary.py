@@ -1,7 +1,7 @@
-"""`<run>/summary.json` (version 2): the figures a reader can cite, with their intervals, and every
-claim's verdict.
+"""`<run>/summary.json` (version 4, `store.SUMMARY_VERSION`): the figures a reader can cite, with
+their intervals, and every claim's verdict.
 
-Keys (issue 10, "Interface the checks read"; contract C3):
+Keys (contract C3):
 - `metrics`: one row per experiment, variant and metric: `experiment, variant, metric, unit,
   estimate, ci_low, ci_high, ci_level, median, cv, n_repeats, unstable, stability, normalised,
   normalised_by, interpreter, bottleneck`. `estimate` is the geometric mean over repeats (the
@@ -25,7 +25,7 @@ Keys (issue 10, "Interface the checks read"; contract C3):
 - `timing`: manifest["timing"] (per experiment `wall_s`, `measured_s`), plus the whole run's ratio.
 - `calibration`: manifest["calibration"] (`before`, `after`).
 
-Version 2 (issue 22): metrics publish `estimate` beside `median`; claims carry the raw and the
+Against version 1: metrics publish `estimate` beside `median`; claims carry the raw and the
 adjusted verdict, the interval the decision used, the repeats used of those run, the premise and
 the machine-dependence; `chance_wrong` is gone (it was not sound: see `multiple_comparisons`).
 """

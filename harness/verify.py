@@ -1,4 +1,4 @@
-"""`harness verify WORKLOAD.toml`: the seeds' checks on a user's own server and queries (issue 24).
+"""`harness verify WORKLOAD.toml`: the seeds' checks on a user's own server and queries.
 
 1. Read and check the workload file (`harness.core.workload_file`): schema, read-only statements,
    placeholders with generators, the target's scheme. Nothing has connected anywhere yet.

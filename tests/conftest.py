@@ -24,6 +24,7 @@ import pytest
 from harness import registry, report, study
 from harness.core import config, datasets, servers, store
 from harness.core.errors import HarnessError
+from harness.core.tables import read_table
 
 T = TypeVar("T")
 
@@ -165,7 +166,7 @@ def run_experiment(stack, tmp_path):
 
 def repeat_tables(out: Path) -> dict[str, pd.DataFrame]:
     """Every table one repeat directory holds, raw (as the worker wrote it), keyed by table name."""
-    return {f.stem: pd.read_parquet(f) for f in sorted(out.glob("*.parquet"))}
+    return {f.stem: read_table(f) for f in sorted(out.glob("*.parquet"))}
 
 
 def experiment_tables(run: store.Run, name: str) -> dict[str, pd.DataFrame]:

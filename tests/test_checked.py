@@ -13,6 +13,7 @@ from harness.core import checked, pooling, store
 from harness.core.config import REPO_ROOT
 from harness.reading import compare
 
+
 @pytest.fixture(scope="module")
 def reference():
     (path,) = sorted((REPO_ROOT / "data" / "reference").iterdir())

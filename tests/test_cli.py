@@ -20,7 +20,7 @@ def test_help_explains_every_command():
     out = harness("--help")
     assert out.returncode == 0
     for cmd in ("list", "run", "servers", "report", "study", "runs", "show", "compare", "history", "summarise",
-                "promote", "keep"):
+                "promote", "keep", "findings", "verify", "power", "docs"):
         assert cmd in out.stdout
     run_help = harness("run", "--help").stdout
     for opt in ("--profile", "--repeat", "--set"):
@@ -197,3 +197,16 @@ def test_skipped_cells_from_the_session_smoke_run(smoke_run):
     assert smoke_run.experiments["mongo_bulk"]["status"] == "ok"
     kept = smoke_run.table("mongo_bulk", "samples")
     assert skipped.variant.iloc[0] not in set(kept.variant)
+
+
+def test_findings_prints_the_twelve_lessons_of_the_reference_and_as_json():
+    out = harness("findings")
+    assert out.returncode == 0, out.stderr
+    lessons = [line.split()[0] for line in out.stdout.splitlines()[1:] if line and not line.startswith(" ")]
+    assert len(lessons) == 12 and lessons[0] == "000-sync-async", lessons
+    assert "across machines:" in out.stdout and "**" not in out.stdout
+    as_json = json.loads(harness("findings", "--json").stdout)
+    assert [r["id"] for r in as_json["lessons"]] == lessons
+    assert all(r["word"] for r in as_json["lessons"]), "every lesson stands on a word"
+    bad = harness("findings", "no-such-run")
+    assert bad.returncode == 2 and "no run 'no-such-run'" in bad.stderr

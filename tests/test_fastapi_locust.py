@@ -15,7 +15,6 @@ import urllib.parse
 import urllib.request
 from decimal import Decimal
 
-import pandas as pd
 import pymongo
 import pytest
 from bson import ObjectId
@@ -25,6 +24,7 @@ from conftest import experiment_tables
 
 from harness import claims
 from harness.core import datasets, processes
+from harness.core.tables import read_table
 from harness.experiments.analysis import CPU_REJECTED
 from harness.experiments.fastapi import analysis
 from harness.experiments.fastapi import locust as fastapi_locust
@@ -246,10 +246,10 @@ def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
         result = study.run_repeat(planned, route.stack, out, 0)
         assert route.toxics("mongodb") == []
     assert result["status"] == "ok", result.get("error")
-    points = pd.read_parquet(out / "points.parquet").set_index("path")
+    points = read_table(out / "points.parquet").set_index("path")
     assert 10 <= points.loc["proxy", "ping_median_ms"] <= 40
     assert points.loc["direct", "ping_median_ms"] < 10
-    runs = pd.read_parquet(out / "runs.parquet")
+    runs = read_table(out / "runs.parquet")
     assert set(runs["variant"]) == {"async[rtt=20]", "async[direct=on]"}
     assert (runs["status"] == "ok").all(), runs["error"].tolist()
     assert (runs["hold_database_cpu_s"] > 0).all()   # the harness's own servers: their CPU is measured

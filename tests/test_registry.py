@@ -15,6 +15,7 @@ from conftest import REPO_ROOT
 from harness import claims, registry
 from harness.core import calibration, store
 from harness.core.errors import HarnessError
+from harness.core.tables import read_table
 from harness.experiments.analysis import MetricRows
 from harness.experiments.base import Experiment, Metric, check_table, grid, variant_id
 
@@ -68,7 +69,7 @@ def test_stored_tables_are_on_schema(smoke_run: store.Run, name):
         stored = sorted(d.glob("*.parquet"))
         assert stored, f"{name} r{k} stored no table"
         for f in stored:
-            check_table(name, exp.tables, f.stem, pd.read_parquet(f))
+            check_table(name, exp.tables, f.stem, read_table(f))
 
 
 @pytest.mark.parametrize("name", NAMES)

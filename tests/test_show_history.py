@@ -190,7 +190,7 @@ def test_runs_are_found_in_reference_history_and_runs_by_id_prefix_or_suffix(tmp
 def test_promote_makes_a_new_run_the_reference_and_keeps_the_old_ones_summary(tmp_path):
     old, new = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
     _put(tmp_path, "reference", old, _manifest(old), _summary_v1(old), raw=True)
-    _put(tmp_path, "runs", new, _manifest(new), _summary_v2(new), raw=True)
+    _put(tmp_path, "runs", new, _manifest(new, version="v2"), _summary_v2(new), raw=True)
     os.symlink(new, tmp_path / "runs" / "latest")
     with pytest.raises(HarnessError, match="only a new run can be promoted"):
         store.promote(old, tmp_path)
@@ -201,6 +201,37 @@ def test_promote_makes_a_new_run_the_reference_and_keeps_the_old_ones_summary(tm
     assert (tmp_path / "runs" / old / "mongo_pool" / "r0").is_dir(), "the old reference's raw data is kept aside"
     assert store.open_run("latest", tmp_path).path == tmp_path / "reference" / new
     assert store.open_run(old, tmp_path).path.parent.name == "runs"   # the copy with raw data first
+
+
+def test_promote_asks_for_force_when_the_run_measured_the_references_versions(tmp_path):
+    old, new = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
+    _put(tmp_path, "reference", old, _manifest(old), _summary_v1(old), raw=True)
+    _put(tmp_path, "runs", new, _manifest(new, boot="boot-b"), _summary_v2(new), raw=True)
+    out = CliRunner().invoke(cli.cli, ["promote", new, "--data-dir", str(tmp_path)])
+    assert isinstance(out.exception, HarnessError), out.output
+    assert "same experiment versions as the reference" in str(out.exception) and "--force" in str(out.exception)
+    assert (tmp_path / "reference" / old).is_dir(), "nothing moved"
+    out = CliRunner().invoke(cli.cli, ["promote", new, "--force", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in (tmp_path / "reference").iterdir()) == [new]
+
+
+def test_keep_says_what_a_run_adds_and_asks_for_force_when_it_adds_nothing(tmp_path):
+    for run_id in ("20261128T000000Z-full-aaaa", "20261129T000000Z-full-bbbb"):
+        _put(tmp_path, "history", run_id, _manifest(run_id), _summary_v1(run_id))
+    third, other = "20261201T000000Z-full-cccc", "20261202T000000Z-full-dddd"
+    _put(tmp_path, "runs", third, _manifest(third), _summary_v2(third), raw=True)
+    _put(tmp_path, "runs", other, _manifest(other, boot="boot-z", cpu="Intel(R) Xeon(R) Processor", version="v9"),
+         _summary_v2(other), raw=True)
+    out = CliRunner().invoke(cli.cli, ["keep", third, "--data-dir", str(tmp_path)])
+    assert isinstance(out.exception, HarnessError) and "adds only another run of boot boot-a" in str(out.exception)
+    assert not (tmp_path / "history" / third).exists()
+    out = CliRunner().invoke(cli.cli, ["keep", third, "--force", "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0 and (tmp_path / "history" / third).is_dir(), out.output
+    out = CliRunner().invoke(cli.cli, ["keep", other, "--data-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "a new machine (boot boot-z)" in out.output and "a new kind of processor (Intel Xeon)" in out.output
+    assert "new experiment versions (mongo_pool)" in out.output
 
 
 def test_promote_refuses_a_run_without_a_summary(tmp_path):

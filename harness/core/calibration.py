@@ -1,7 +1,7 @@
 """In-run ceilings: short, fixed measurements of the machine, taken before and after the experiments.
 
 Absolute throughput differs 2-3x between machines of this project's kind; a figure divided by a
-ceiling measured in the same run moves far less (issue 10). Two ceilings, each three short repeats
+ceiling measured in the same run moves far less. Two ceilings, each three short repeats
 (median and spread reported, so the ceiling's own noise is visible):
 
 - `pgbench`: pgbench's C client running one fixed select-only transaction (a primary-key lookup in

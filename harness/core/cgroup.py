@@ -1,7 +1,7 @@
 """A CPU quota for this process and its children (Linux cgroups, v1 `cpu` or v2 `cpu.max`).
 
 Affinity gives a client whole cores; a quota gives it part of one. pg_models' split cells use it
-when a whole core would let the client outrun the server on the other core (issue 35): the share
+when a whole core would let the client outrun the server on the other core: the share
 is chosen before measuring, set here, and read back by the client itself (`capacity_cores`), so
 the figure its analysis uses as the client's capacity is what the kernel enforced, not what was
 asked for.

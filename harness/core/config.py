@@ -24,7 +24,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]   # harness/core/config.py
 PROFILES = ("smoke", "quick", "full", "seed")
 # smoke: tiny sizes for the tests; quick: one repeat at small sizes; full: the reference profile
-# (the seeds' concurrency with shorter windows, repeated: issue 10); seed: the seeds' own sizes
+# (the seeds' concurrency with shorter windows, repeated); seed: the seeds' own sizes
 SERVER_SOURCES = ("auto", "docker", "local")
 
 

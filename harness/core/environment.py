@@ -63,7 +63,7 @@ def machine() -> dict[str, Any]:
         "memory_total_bytes": vm.total,
         "load_average": list(os.getloadavg()),
         "in_container": Path("/.dockerenv").exists() or Path("/run/.containerenv").exists(),
-        # Which machine and which boot (issue 22 point 10). machine_id comes with the machine image:
+        # Which machine and which boot. machine_id comes with the machine image:
         # every machine of this kind has the same one (and the hostname is `vm` on all), so it never
         # identifies a machine alone. `harness compare` uses the boot id, the CPU (model, a hash of
         # its flags, MHz) and the run's own calibration ceilings.

@@ -16,7 +16,7 @@ find` when uv is installed) and asks it for its version and build; nothing is ev
 The study's own interpreter uses the study's own environment (no second copy). The harness itself
 is not installed into these venvs: children run from the repository root (`child_env()`).
 
-`ensure_pinned_venv(interp, {"pymongo": "4.18.2"})` (issue 25, the departures' driver factor) builds
+`ensure_pinned_venv(interp, {"pymongo": "4.18.2"})` (the departures' driver factor) builds
 `.venvs/py3.12-pymongo-4.18.2/`: the client packages under the same pins with only the named ones
 overridden (a version may end in `.*`: `4.15.*`). Pins equal to the lock's are the interpreter's own
 venv (nothing installed). A pin the index does not serve, or that does not install or import on the

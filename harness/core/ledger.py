@@ -56,7 +56,7 @@ seeds' own numbers. Columns:
 Bands are not typed per row: `band(seed, reference, direction)` computes every one by one rule,
 written before the next reference run and not tuned to any run:
 
-    THE BAND RULE (issue 35: bands that check size). A ratio row with a seed number is held to the
+    THE BAND RULE (bands that check size). A ratio row with a seed number is held to the
     seed's size, on a log scale, on both sides:
     - an effect row (reference 1: a ratio of two figures, 1 = no difference) to [seed / f, seed x f]
       with f = min(2, sqrt(seed)) for seed > 1 (min(2, sqrt(1 / seed)) below 1): the seed's number
@@ -333,7 +333,7 @@ _FLAGS = ("", "yes")
 
 def is_primary(rows: pd.DataFrame) -> pd.Series:
     """Which rows are their lesson's primary row (`primary` names the lesson); every row of a frame
-    without that column (a ledger from before issue 35, where Holm ran over all rows)."""
+    without that column (an older ledger without it: Holm over all rows, as in summary version 2)."""
     if "primary" not in rows:
         return pd.Series(True, rows.index)
     return rows["primary"].fillna("").astype(str) != ""

@@ -365,9 +365,9 @@ class EdgeCPU(_Periodic):
     Readings taken inside the measured process could not: its monitor thread queues for the GIL
     behind the clients, so a reading meant "just outside" the window came tens of milliseconds
     late, and server and machine CPU divided by the window's wall time read up to 5 cores on a
-    2-core machine (issue 32). The reader thread also asks for a higher priority
+    2-core machine. The reader thread also asks for a higher priority
     (`raise_thread_priority`; what it got is `priority`): at nice 0 it queued behind 200 backends
-    between its reads. Since it now preempts the load, it spaces its readings so as to use at most
+    between its reads. As it preempts the load, it spaces its readings so as to use at most
     READER_DUTY of a core (`_pause`). Each reading's duration is kept (`read_s`, `edge_read_s()`).
     A lone process that has gone is not read (what it used after its last reading is unknown, so
     an edge past that reading is NaN); a tree keeps its last reading."""
@@ -398,7 +398,7 @@ class EdgeCPU(_Periodic):
         """A role started after the reader (the measured child): read from the next tick on, and
         once more when it has exited, before it is reaped (`read_at_exit`): a child that exits
         within one pause of its window's close would otherwise leave that edge unread (2 of 192
-        pg_models windows in 851b lost their CPU so)."""
+        pg_models windows of one full run lost their CPU so)."""
         self._readers[role] = _CPUReader(pid, tree=False)
         read_at_exit(pid, self.sample)
         self._at_exit.append(pid)
@@ -482,7 +482,7 @@ def raise_thread_priority(nice: int = READER_NICE) -> str:
     """Give the calling thread a higher CPU priority (Linux: the nice value is a thread's own), so
     that a reader of CPU times runs when it wakes instead of queueing behind the load it measures:
     at 200 PostgreSQL backends on two cores, a reader at the load's priority waited long enough
-    between its /proc reads that a window's server CPU read above the machine's (issue 32). A
+    between its /proc reads that a window's server CPU read above the machine's. A
     negative nice needs CAP_SYS_NICE (root, or RLIMIT_NICE): without it the thread keeps its
     priority and the readings' own durations (`EdgeCPU.read_s`) say how late they were.
     Returns what was done, in words."""

@@ -1,4 +1,4 @@
-"""Each lesson pooled across runs from different boots (issue 34): a random-effects meta-analysis of
+"""Each lesson pooled across runs from different boots: a random-effects meta-analysis of
 the committed runs' estimates, with the spread a new run on a machine of this kind should expect.
 
 One run's interval describes that run (its repeats share the machine's state of that hour), not the
@@ -59,8 +59,8 @@ in this run` is not counted at all) with a boot id (a run without one cannot be 
 another on the same boot: left out, counted); among those whose row is poolable, only the runs
 whose *key* equals that of the newest run that measured the row (also when that run's own row gives
 no interval, e.g. `premise not met`: then nothing pools, rather than older runs of other code
-standing in for it): the verdict rules (the summary's format version: 1 = before
-issue 22, 95% intervals and no Holm adjustment; 2 and 3 after), the row's own definition (its `a`
+standing in for it): the verdict rules (the summary's format version: 1 = 95% intervals
+and no Holm adjustment; each later version its own rules), the row's own definition (its `a`
 and `b`: a row whose figures were redefined measures something else), the profile,
 and with `match="version"` (the default) the experiment versions (`manifest.json`'s
 `experiments.<name>.version`: a hash of the experiment's code and parameters) of the experiments the
@@ -77,9 +77,8 @@ standard error sqrt(sum_j (sigma^2_run + se_j^2)) / m. sigma^2_run, how far runs
 beyond their own repeats' noise, is estimated by moments from the boots with two runs or more
 (`within_boot_variance`), and the prediction interval for one new run adds it to tau^2 (between
 boots). Where every boot has one run, sigma^2_run is 0 with no degrees of freedom and the pooling is
-the one-run-per-boot model exactly. (Until 5 December the newest run of each boot stood for it, and a
-new run on a boot replaced its older runs wholesale: one run more on boot 12909d7e moved 001-bulk's
-pooled verdict from `size not reproduced` to `reproduced`.) With one boot only, its newest run is
+the one-run-per-boot model exactly. (Were the newest run of a boot to stand for it, one run more on
+a boot could replace its older runs wholesale and move a pooled verdict.) With one boot only, its newest run is
 shown as that run.
 
 A verdict across runs (`pooled_verdict`), from three runs (`MIN_FOR_VERDICT`, three boots) on: the
@@ -89,15 +88,15 @@ overlaps the band, size not reproduced if it lies outside it, direction, no seed
 has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent, wholly
 outside -> not reproduced; absolute rows: not comparable. No Holm adjustment is applied across
 lessons. "k of K runs agree": the pooled runs whose own verdict says what the pooled verdict says
-(the same word, or `direction only` from a summary before issue 35, which covered `size not
+(the same word, or `direction only` from a summary of version 3 or earlier, which covered `size not
 reproduced` and `direction, no seed figure`: `says_the_same`), not merely its class: `reproduced`
 and `size not reproduced` agree on the direction and disagree on the size, which is what the band
 judges. Every run whose word differs from the pooled verdict's is named with its word (`agreement`),
 and runs that say different things are named in `disagreement`. Two runs are pooled (estimate,
 interval, tau^2) but given no verdict (`TOO_FEW_BOOTS`, with each run's own verdict in
 `agree_text`): with k = 2 the interval's critical value is t_1 = 6.31 at 90%, so the pooled interval
-is wide enough to reach a band that each run's own interval missed; with the committed runs f1b4 and
-851b, 001-bulk read `reproduced` across boots while both runs read `size not reproduced`. A verdict
+is wide enough to reach a band that each run's own interval missed: two runs that each read `size not
+reproduced` can pool to `reproduced`. A verdict
 across runs should say no more than its runs; with fewer than three, the literature on very few
 studies advises against a random-effects verdict (Bender et al. 2018, Res. Synth. Methods 9:382),
 and the runs are shown side by side instead.
@@ -444,14 +443,14 @@ def verdict_interval(summary: Mapping[str, Any], claim_id: str) -> tuple[float, 
 
 # -- a verdict across runs -------------------------------------------------------------------------
 
-# `direction only`, in summaries before issue 35, covered both of these: a run that read it said what
+# `direction only`, in summaries of version 3 and earlier, covered both of these: a run that read it said what
 # either says, and contradicts neither
 _LEGACY_COVERS = {DIRECTION_ONLY: (SIZE_NOT_REPRODUCED, DIRECTION_NO_FIGURE)}
 
 
 def says_the_same(a: str, b: str) -> bool:
     """Whether verdicts `a` and `b` say the same of the seed's sentence: the same word, or the word
-    before issue 35 that covered the other (`direction only` with `size not reproduced` or with
+    of summary versions 3 and earlier that covered the other (`direction only` with `size not reproduced` or with
     `direction, no seed figure`). Words of one class can say different things: `reproduced` and
     `size not reproduced` agree on the direction and disagree on the size."""
     return a == b or b in _LEGACY_COVERS.get(a, ()) or a in _LEGACY_COVERS.get(b, ())
@@ -462,7 +461,7 @@ def agreement(verdict: str, run_verdicts: Mapping[str, str]) -> tuple[int, str]:
     pooled verdict says (`says_the_same`). Every run whose word is not the pooled verdict's is named
     with its word, so neither a count nor a class hides what each run said: a pooled `reproduced`
     over runs that read `size not reproduced` (a wide pooled interval of few runs reaches the band
-    that their own intervals missed) reads "1 of 3 runs agree (f1b4, 4beb: size not reproduced)"."""
+    that their own intervals missed) reads "1 of 3 runs agree (<run>, <run>: size not reproduced)"."""
     agreeing = [i for i, v in run_verdicts.items() if says_the_same(verdict, v)]
     text = f"{len(agreeing)} of {len(run_verdicts)} runs agree"
     others: dict[str, list[str]] = {}
@@ -606,9 +605,10 @@ def of_processor(runs: Sequence[T], text: str, cpu_model_of: Callable[[T], str |
     return kept
 
 
-def committed_runs(root: Path | str = ROOT) -> list[RunRecord]:
-    """Every committed run with a summary: `data/reference/*` and `data/history/*`, oldest first."""
-    base = Path(root) / "data"
+def committed_runs(root: Path | str = ROOT, data_dir: Path | str | None = None) -> list[RunRecord]:
+    """Every committed run with a summary: `data/reference/*` and `data/history/*` (under `data_dir`
+    when given, else `root`/data), oldest first."""
+    base = Path(data_dir) if data_dir is not None else Path(root) / "data"
     dirs = [p for sub in ("reference", "history") for p in sorted((base / sub).glob("*"))
             if store.run_file(p, "summary.json") is not None]
     return sorted((read_run(p) for p in dirs), key=lambda r: r.run_id)
@@ -841,3 +841,37 @@ def _one_lesson(runs: list[RunRecord], claim_id: str, method: str, match: str, l
         rec["notes"] = tuple(rec["notes"]) + (f"runs at different interval levels ({', '.join(map(str, levels))}): "
                                               "each run's standard error is inverted at its own level",)
     return rec
+
+
+# -- what a run adds to the pool ----------------------------------------------------------------------
+
+POOLED_ENOUGH = 2   # runs of one boot already committed beyond which another adds little (one boot counts once)
+
+
+def what_it_adds(manifest: Mapping[str, Any], committed: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What keeping run `manifest` adds to the pool across boots, against the `committed` runs'
+    manifests of its profile: a new boot (another machine), a new kind of processor, new experiment
+    versions, or a second run of a boot that has one. Empty: it is only another run of a boot the
+    pool already holds POOLED_ENOUGH times, which moves a lesson's pooled figure little (its runs
+    count once between them)."""
+    mine = [m for m in committed if m.get("profile") == manifest.get("profile")
+            and m.get("run_id") != manifest.get("run_id")]
+    adds = []
+    boot = store.boot_id(manifest)
+    same_boot = [m for m in mine if boot and store.boot_id(m) == boot]
+    if boot and not same_boot:
+        adds.append(f"a new machine (boot {boot[:8]})")
+    kind = processor_kind(store.cpu_model(manifest))
+    if kind and kind not in {processor_kind(store.cpu_model(m)) for m in mine}:
+        adds.append(f"a new kind of processor ({kind})")
+    seen: dict[str, set[str | None]] = {}
+    for m in mine:
+        for name, version in store.experiment_versions(m).items():
+            seen.setdefault(name, set()).add(version)
+    new = sorted(name for name, version in store.experiment_versions(manifest).items()
+                 if version and version not in seen.get(name, set()))
+    if new:
+        adds.append("new experiment versions (" + ", ".join(new) + ")")
+    if boot and 0 < len(same_boot) < POOLED_ENOUGH:
+        adds.append(f"a second run of boot {boot[:8]}")
+    return adds

@@ -1,4 +1,4 @@
-"""Repeats set by power, before the run (issue 35, item 3): how many repeats each lesson's primary
+"""Repeats set by power, before the run: how many repeats each lesson's primary
 row needs, from the spread the committed runs already show.
 
 A judged row's verdict rests on the 90% t-interval of the mean of its per-repeat log values
@@ -13,9 +13,9 @@ At which level (`decision_level`). A lesson is decided when its primary row's nu
 reference of a ratio row, the margin of an equivalence row) survives Holm's adjustment over the
 primary family's one-sided tests (harness.claims.adjust): whatever the other rows' p-values, a row
 whose one-sided p is below alpha / m (m tests) survives it, and that is the two-sided interval at
-1 - 2 alpha / m clearing the edge. The plan holds the null edge to that level (the first
-version held it to the unadjusted 90%, and 000-sync-async, "3 planned >= 3 needed", read
-`inconclusive` in 3683 at Holm's level). The band's edges only choose between two decisive words
+1 - 2 alpha / m clearing the edge. The plan holds the null edge to that level (held to the
+unadjusted 90%, a lesson planned "3 planned >= 3 needed" can still read `inconclusive` at Holm's
+level). The band's edges only choose between two decisive words
 (`reproduced` when the 90% interval overlaps the band, `size not reproduced` when it lies wholly
 outside): they are shown (`band_edge`, `band_repeats`) and do not set `needed`.
 

@@ -64,7 +64,7 @@ PERCENTILE_METHOD: Final = "linear"
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
 # pyperf's rule of thumb: a spread this large between repeats means the figure is not stable.
 UNSTABLE_CV = 0.10
-# Below this many repeats a CV says little about stability (issue 10; pyperf warns from its own n).
+# Below this many repeats a CV says little about stability (pyperf warns from its own n).
 MIN_REPEATS_FOR_STABILITY = 5
 ALPHA = 0.05
 CONFIDENCE = 1.0 - ALPHA

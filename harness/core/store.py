@@ -1,6 +1,6 @@
 """The run store: `data/runs/<run-id>/`, written aside and renamed into place only when complete.
 
-Where runs live (issue 23 point 3), each found by `open_run` and listed by `list_runs`:
+Where runs live, each found by `open_run` and listed by `list_runs`:
     data/reference/<run-id>/   the one reference run, raw data and all (committed)
     data/history/<run-id>/     earlier committed runs: manifest.json.gz and summary.json.gz only
     data/runs/<run-id>/        new runs, raw data and all (git-ignored working area); `latest`
@@ -52,7 +52,7 @@ from typing import Any, TypedDict, cast
 
 import pandas as pd
 
-from . import config
+from . import config, tables
 from .errors import HarnessError
 from .processes import write_json_atomic  # noqa: F401  (re-exported: the run store's writer)
 
@@ -248,7 +248,7 @@ class Run:
             f = d / f"{table}.parquet"
             if not f.exists():
                 continue
-            df = pd.read_parquet(f)
+            df = tables.read_table(f)
             if cells is not None:
                 mine = cells[cells["repeat"] == k]
                 by_variant = "variant" in df.columns and mine["variant"].notna().any()
@@ -465,13 +465,13 @@ SUMMARY_VERSIONS = (1, 2, 3, 4)
 
 def upgrade_summary(d: Any, source: str = "summary") -> dict[str, Any]:
     """A summary of any readable version in the current version's shape (a new dict; `d` is left as
-    it is). Version 1 (runs before issue 22) lacks what version 2 adds; it is filled in from what
+    it is). Version 1 lacks what version 2 adds; it is filled in from what
     version 1 has and marked so:
     - metric rows: `estimate` := the median (version 1 kept no estimate that belongs to the interval),
       `estimate_from` = "median (v1)";
     - claim rows: `verdict_raw` := `verdict` (no correction was applied), `n_used` := `n_ran` := `n`,
       `estimate` := `value`, `ci_level` = 0.95 (the interval version 1 stored), `p_adjusted` = null.
-    Version 2 (issue 22 to issue 35) adjusted every judged row with Holm's correction over all of
+    Version 2 adjusted every judged row with Holm's correction over all of
     them; version 3 adjusts by lesson (Holm over the primary rows, Benjamini-Hochberg over the
     rest, `claims.adjust`). A version-2 claim row gets `primary` = "" and `error_family` = "all rows
     (Holm, version 2)": its `verdict` and `p_adjusted` are the old rule's, kept as they were.

@@ -14,7 +14,7 @@ Every word has exactly one class (`CLASSES`), which says what it means for the s
     holds   the seed's side is significant: reproduced, equivalent, size not reproduced (the
             direction holds, the size lies outside the band: shown as a departure), direction, no
             seed figure (the direction holds; no seed number to compare a size with), direction
-            only (the two together, in summaries before issue 35), pass; agree; explains,
+            only (the two together, in summaries of version 3 and earlier), pass; agree; explains,
             explains part
     fails   the opposite side is significant: not reproduced, fail; differ; moves away
     open    nothing decided: inconclusive, premise not met, not comparable, not measured in this
@@ -40,7 +40,7 @@ NOT_REPRODUCED = "not reproduced"
 REPRODUCED = "reproduced"
 SIZE_NOT_REPRODUCED = "size not reproduced"
 DIRECTION_NO_FIGURE = "direction, no seed figure"
-DIRECTION_ONLY = "direction only"   # both of the above, in summaries before issue 35: read, never written
+DIRECTION_ONLY = "direction only"   # both of the above, in summaries of version 3 and earlier: read, never written
 INCONCLUSIVE = "inconclusive"
 NOT_MEASURED = "not measured in this run"
 # statuses of the rows that are not judged

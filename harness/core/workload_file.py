@@ -27,7 +27,7 @@ For MongoDB the request is one query: `collection`, a `filter` in which a string
 a drawn parameter, and optional `projection`, `sort` and `limit` (find_one when the limit is 1 or
 absent). `large_read` names a query returning many documents for the cursor-stall check.
 
-Safety (issues 24, 31): nothing a PostgreSQL workload sends may write. Three guards, in order:
+Safety: nothing a PostgreSQL workload sends may write. Three guards, in order:
 1. Here, before anything connects: each entry is one statement whose first word is SELECT, WITH,
    VALUES, TABLE or SHOW, and that calls none of `SESSION_FUNCTIONS` (functions whose effect a
    read-only transaction does not contain: they change the session, which outlives the

@@ -61,6 +61,7 @@ from ..core.config import PROFILES
 from ..core.errors import HarnessError
 from ..core.measure import Window  # re-exported: experiments use base.Window
 from ..core.servers import ServerStack, not_answering
+from ..core.tables import write_table
 
 T = TypeVar("T")
 
@@ -270,7 +271,7 @@ class Experiment:
     notebook: ClassVar[str] = ""                # the notebook (notebooks/) that shows it; "" for none
     # repeats per profile (`--repeat N` overrides): full and seed >= 3, 10 where a window is a few
     # seconds and the seed's claim hangs on it (pool, cursor, client, the PostgreSQL models);
-    # quick is one repeat (issue 10: quick <= 4 min)
+    # quick is one repeat (a quick run stays within about 4 minutes)
     repeats: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 1, "full": 3, "seed": 3}
 
     def params(self, profile: str, overrides: dict[str, Any] | None = None) -> Params:
@@ -393,6 +394,6 @@ class Context:
         written = []
         for table, parts in self._tables.items():
             df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-            df.to_parquet(self.out_dir / f"{table}.parquet", index=False)
+            write_table(df, self.out_dir / f"{table}.parquet")
             written.append(table)
         return written

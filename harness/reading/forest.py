@@ -1,4 +1,4 @@
-"""A lesson across boots, drawn: the forest plot of issue 34.
+"""A lesson across boots, drawn: a forest plot.
 
 One panel per lesson (`draw`): each pooled run's estimate with its interval over repeats (one line
 per run, oldest at the top; the runs of one boot count once in the pool), the pooled estimate as a

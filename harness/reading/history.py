@@ -1,7 +1,6 @@
 """`harness history`: headline figures across the committed runs (data/reference, data/history), by
 commit and machine, flagging a change larger than the runs' own spread (as asv shows commits); with
-`lessons`, the findings table's lessons instead: each lesson's figure and verdict run by run
-(issue 23 point 4)."""
+`lessons`, the findings table's lessons instead: each lesson's figure and verdict run by run."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 from the committed full runs, beside the repeats its experiments plan in the `full` profile.
 
 Only runs that measured the row as the ledger defines it today count (the same `a` and `b`: a row
-whose figure was redefined, as 001-cursor-02 was in issue 32, starts afresh), and only `full` runs
+whose figure was redefined starts afresh), and only `full` runs
 (the reference profile's windows). `docs/POWER.md` is this command's output at the time the
 profiles were set (`--write`)."""
 

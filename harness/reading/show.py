@@ -1,6 +1,6 @@
 """`harness show`: one stored run, from its summary.json and manifest.json: what ran where, its
 headline figures with their intervals, CV and stability warnings, the verdicts per seed, the
-bottlenecks (issue 23 point 4)."""
+bottlenecks."""
 
 from __future__ import annotations
 

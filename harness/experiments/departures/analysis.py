@@ -1,4 +1,4 @@
-"""The `departures` factorial (issue 13): client CPU per request, the async/threads ratio per cell,
+"""The `departures` factorial: client CPU per request, the async/threads ratio per cell,
 each factor's main effect with its interval, and the verdict by the rule written before the run.
 
 Figures (contract C1; experiment `departures`):
@@ -29,7 +29,7 @@ newest interpreter (the seeds ran 3.14), `split` (the seeds' server did not shar
 cores), every larger rtt, and each driver level (the seeds' versions: PyMongo 4.18.2 is seed 001's,
 4.15 seed 000's, psycopg 3.3.6 + asyncpg 0.31.0 seed 002's).
 
-The driver factor (issue 25) runs on one interpreter only, so each factor's effect is taken over the
+The driver factor runs on one interpreter only, so each factor's effect is taken over the
 cells it was crossed with: the interpreter, placement and rtt effects over the `lock` cells (as
 before the driver factor existed), the driver effect over the cells whose interpreter, placement and
 rtt also ran the level. Runs recorded before the factor have no `driver` column: all `lock`.

@@ -1,4 +1,4 @@
-"""Beyond the seeds (issue 13): does the interpreter, the server's latency or co-location explain
+"""Beyond the seeds: does the interpreter, the server's latency or co-location explain
 two departures in client CPU per request?
 
 - seed 001 section 5 (`mongo`): 32 threads on one `MongoClient` (pool 32) against 200 asyncio tasks
@@ -11,7 +11,7 @@ Factors: interpreter (`pythons`, each with its own venv from `harness.core.inter
 free-threaded build installed also runs the threads models), placement (`shared` | `split`, from
 `harness.core.placement`), added server round trip (`rtts_ms`, through the proxy of
 `harness.core.network` when it exists and the stack has one; otherwise only 0 and a note saying the
-latency factor is missing) and the drivers' versions (`drivers`, issue 25; below). A cell is
+latency factor is missing) and the drivers' versions (`drivers`; below). A cell is
 family x python x placement x rtt (x driver level): one child process
 (`python -m harness.experiments.departures.child SPEC OUT`, started with that interpreter's venv python)
 runs the family's models back to back (order reversed on odd repeats), each with a warm-up and a

@@ -1,4 +1,4 @@
-"""Beyond seed 000: the four FastAPI variants at several database round-trip times (issue 9 item 4).
+"""Beyond seed 000: the four FastAPI variants at several database round-trip times.
 
 The question a reader with their own database has: above which round trip does the async app beat
 the 40-thread sync one? Each point runs every variant (`harness.experiments.fastapi.workload.Variant`, Locust

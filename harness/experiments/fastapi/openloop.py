@@ -1,4 +1,4 @@
-"""Seed 000's latency claims, open loop: every variant offered the same arrival rates (issue 9 item 3).
+"""Seed 000's latency claims, open loop: every variant offered the same arrival rates.
 
 Why its own experiment. In fastapi_locust's closed loop (500 users, 1 s mean think time) the
 latency follows from the throughput (R = N/X - Z): its medians restate its max RPS and add no

@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import threading
@@ -486,6 +487,7 @@ class Variant:
             "infrastructure": raw["infra"].astype(int).astype(bool),
         }).sort_values("start_s", ignore_index=True)
         self.ctx.record("samples", df)
+        shutil.rmtree(samples_dir, ignore_errors=True)   # the samples table holds every row: kept once
         return df
 
     def _rates(self, locust_row: dict[str, Any]) -> list[tuple[float, float]]:

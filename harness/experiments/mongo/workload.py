@@ -507,7 +507,7 @@ def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | No
 
     The readings sit at the window's edges, in the experiment's own thread, when no operation runs:
     the window opens after the warm-up has drained and closes once its last operation has returned,
-    so nothing of the load holds the reading up (unlike a monitor thread during the load, issue 32).
+    so nothing of the load holds the reading up (unlike a monitor thread during the load).
     The machine is read next to the window's clock (last before it opens, first after it closes), so
     it does not count the database reading, a scan of the process list, that brackets it."""
     if backend is not None:

@@ -14,8 +14,8 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   samples are the requests that started and ended inside the window (no warm-up request), which
   keeps a request of latency L with probability (T - L) / T: each is weighted by T / (T - L)
   (`stats.window_latency_summary`), so long requests count as often as they occur (unweighted, an
-  unfair pool's heavy tail left asyncpg's mean 6-11% and its p99 6-12% low, medians over repeats,
-  in the reference run 1f2a);
+  unfair pool's heavy tail leaves asyncpg's mean 6-11% and its p99 6-12% low, medians over repeats
+  of a full run);
   mean_se_ms is the weighted mean's standard error; p99_p50_ratio = p99_ms / p50_ms.
 - cpu_pct: client process CPU over the window / wall, in % of one core (100 = one core busy).
 - cpu_wait_pct: how long the client's threads were runnable but waiting for a core over the
@@ -160,7 +160,7 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 (`wait_pct`; 0 when not measured): a loop thread that ran 65% and waited 35% of
                 the window was never idle, it only shared its core with the server. The threads
                 model's wait is summed over its 200 threads, so it can exceed any core count
-                (issue 32: 338-1,579% in the reference); it counts only up to the cores the machine
+                (338-1,579% in a full run); it counts only up to the cores the machine
                 left idle (100 x cores - machine CPU): a thread that waits while a core is idle
                 waits on the scheduler's wake-up, not for CPU the machine did not have.
                 `client_cores` (the window's, when the client had fewer cores than the machine:
@@ -177,10 +177,10 @@ def limiting_resource(model: str, rps: float, pool_bound_rps: float, cpu_pct: fl
                 stayed below the pool bound at the unloaded database time (`rps / pool_bound`),
                 the reason says so: each request held its connection longer than its database time
                 alone, because its statements ran slower under load or the client was late between
-                them (run 3d1a: statements 95% of the window, the client's core 76% busy), and
+                them (e.g. statements 95% of the window, the client's core 76% busy), and
                 these figures do not tell which. That is no pool limit: with more clients than connections,
                 and an asyncpg hand-over that counts as held, the client's view is near 100%
-                whatever limits (issue 32), so it names no resource.
+                whatever limits, so it names no resource.
 
     Each label reads only these figures (`LABEL_READS`), so a claim about another figure may use it
     as a premise; a claim about one of them may not (`claims` refuses such a ledger row).
@@ -413,8 +413,8 @@ def config_label(regime: str, slow_ms: float, pool: int) -> str:
 def bound_regime(run: Run) -> pd.DataFrame:
     """The calibrated pool-bound regime's choice, one row per repeat and bound pool (pg_models'
     `bound_regime` table: the costliest model's CPU per request and the database time, window and
-    cores it gave); empty for runs before it. Runs before 4 December chose from a pilot of one
-    model in the fast regime: their `pilot_model` and `pilot_ok` read as `cost_model`, `cost_ok`."""
+    cores it gave); empty for runs without one. A run whose regime was chosen from a pilot of one
+    model in the fast regime stores `pilot_model` and `pilot_ok`: they read as `cost_model`, `cost_ok`."""
     if "pg_models" not in run.experiments:
         return pd.DataFrame()
     return run.table("pg_models", "bound_regime").rename(columns={"pilot_model": "cost_model", "pilot_ok": "cost_ok"})

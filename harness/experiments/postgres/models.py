@@ -29,7 +29,7 @@ so no label applied and lesson 002-decide read `premise not met`. So, after the 
 seed's slowest cells at each split pool run again with the servers on one half of the cores and
 the client on the other (`harness.core.placement.client_alone`), named
 `<model>[regime=split,pool=<n>]`, over a `split_duration_s` window. A whole core can still be too
-much: on a fast client (run 3d1a) threads + psycopg cost the client about what each request cost
+much: on a fast client threads + psycopg cost the client about what each request cost
 the server, and the pool (its statements slower under the server's load) stopped the threads at 76%
 of their core. So, in the run's first repeat and per split pool, a probe of `split_probe_model`
 on the split placement (`<model>[regime=split_probe,pool=<n>]`, `split_probe_s`) reads the client's
@@ -97,6 +97,7 @@ import pandas as pd
 from ...core import cgroup, datasets, placement, stats
 from ...core.errors import HarnessError
 from ...core.measure import find_postmaster
+from ...core.tables import read_table
 from ..analysis import CPU_REJECTED_METRIC, put_cpu_rejected
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, grid, variant_id, window_columns
 from .analysis import ASYNCIO_DEFAULT_LOOP, bound_regime, db_time_s, models_table, split_regime
@@ -119,7 +120,7 @@ class PgModelsParams(Params):
     psycopg_autocommit: bool = False             # the seed uses psycopg's default (transactions)
     seed: int = 20261130                         # per-client random ids: Random(f"{seed}:{task}")
     timeout_s: float = 900.0
-    # The pool-bound regime reached by calibration (issue 35): a database time per request chosen
+    # The pool-bound regime reached by calibration: a database time per request chosen
     # before its cells are measured, from every bound model's client and server CPU per request in
     # its seed cell (the slowest `slow_ms`, the same pool), so that the pool's bound needs at most
     # `bound_client_cores` of client CPU for the costliest model and at most `bound_machine_share`
@@ -132,7 +133,7 @@ class PgModelsParams(Params):
     bound_warmup_cycles: int = 3
     bound_step_ms: float = 5.0                   # the database time is rounded up to a multiple of it
     bound_max_window_s: float = 40.0             # longer than this: the regime is out of reach, said so
-    # The client-CPU ceiling regime reached by placement (issue 35, lesson 002-decide): the seed's
+    # The client-CPU ceiling regime reached by placement (lesson 002-decide): the seed's
     # slowest cells at these pools again, the client on half the cores and the servers on the
     # other. () = off.
     split_pools: tuple[int, ...] = (50,)
@@ -143,7 +144,7 @@ class PgModelsParams(Params):
     # `split_probe_s` gives the client and server CPU per request, and `split_client_share` the
     # largest CPU share at which that model's ceiling stays below the pool's bound divided by
     # `split_pool_headroom` and needs at most `split_server_share` of the servers' cores. A fast
-    # client with a whole core outruns the server's core or meets the pool first (run 3d1a).
+    # client with a whole core outruns the server's core or meets the pool first.
     split_probe_model: str = "threads_psycopg"
     split_probe_s: float = 2.0
     split_pool_headroom: float = 1.5
@@ -261,9 +262,9 @@ def bound_costs(windows: pd.DataFrame, p: PgModelsParams, pool: int, cores: int)
     `cpu_us_per_req`), each turned into a database time by `pool_bound_regime`; the longest, the
     costliest model's, is chosen, so the bound needs at most `bound_client_cores` of client CPU
     for every model. The seed cells are client-bound here, and a model's CPU per request there is
-    15-40% below its cost at the bound (run 851b: asyncio + psycopg 808 us at 10 ms, 969 us at the
+    15-40% below its cost at the bound (in one full run, asyncio + psycopg 808 us at 10 ms, 969 us at the
     bound); the costliest cell, threads + psycopg's, and the rounding up have kept every model
-    within the half core in the runs so far (METHODS). The fast cells read 20-40% lower still, and
+    within the half core in the committed runs (METHODS). The fast cells read 20-40% lower still, and
     twice as noisy; a pilot of one model there read 330, 704 and 978 us in three runs and chose
     15, 30 and 40 ms, the first too short for asyncio + psycopg to stay below its CPU.
 
@@ -325,8 +326,8 @@ def split_client_share(client_us: float, server_us: float, db_ms: float, pool: i
     `pool_headroom`, and need at most `server_share` of the servers' cores (`server_us` per request):
     rate = min(pool bound / pool_headroom, server_share x server_cores / server_us), and share =
     rate x client_us, rounded down to `step`. A share at or above the client's own cores needs no
-    quota: the client keeps its whole cores (a slow client, as in run da6c, until its server's
-    core was the co-limit). Server CPU unknown (NaN) leaves only the pool's condition.
+    quota: the client keeps its whole cores (a slow client, until its server's
+    core is the co-limit). Server CPU unknown (NaN) leaves only the pool's condition.
 
     Returns share_cores, quota (True when below the client's cores), ceiling_rps (share /
     client_us), pool_bound_rps, by_pool_cores, by_server_cores, limited_by ('client cores',
@@ -689,7 +690,7 @@ def _earlier_choice(ctx: Context, pool: int, table: str = "bound_regime", ok: st
         path = run_dir / f"r{k}" / f"{table}.parquet"
         if not path.exists():
             continue
-        rows = pd.read_parquet(path)
+        rows = read_table(path)
         rows = rows[(rows["pool"] == pool) & rows[ok]]
         if len(rows):
             return {key: (v.item() if hasattr(v, "item") else v) for key, v in rows.iloc[0].to_dict().items()}

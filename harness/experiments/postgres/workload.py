@@ -51,7 +51,7 @@ only waits for the child samples the child's CPU, the PostgreSQL postmaster and 
 (`ServerCPU`'s tree) and the whole machine's busy time (every process, including anything else
 running on a shared machine) every 50 ms, and interpolates each at the child's window edges. The
 child's own readings, taken by the monitor thread just outside the window, queued for the GIL behind
-the clients and read up to 5 cores on a 2-core machine (issue 32): they stay as `cpu_child_s`,
+the clients and read up to 5 cores on a 2-core machine: they stay as `cpu_child_s`,
 `server_cpu_child_s` and `machine_busy_child_s`. `cpu_check` is '' when client + server <= machine
 <= cores x wall (within `measure.CPU_TOLERANCE_*`), else the broken inequality; the analysis
 leaves such a window's CPU figures out.
@@ -191,7 +191,7 @@ async def program_asyncpg(statements: tuple[dict, ...], pool, values: dict,
                           _slow_s: float) -> tuple[float, float, Any]:
     async with pool.acquire() as c:
         t_acq = time.perf_counter()
-        # A user's request runs in a transaction started READ ONLY (issue 31): asyncpg's default,
+        # A user's request runs in a transaction started READ ONLY: asyncpg's default,
         # one implicit transaction per statement, would follow the session's default, which the
         # request itself could change.
         async with c.transaction(readonly=True):

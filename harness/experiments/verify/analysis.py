@@ -1,4 +1,4 @@
-"""`harness verify`: the seeds' "Verify" lines judged on a user's workload (issue 24).
+"""`harness verify`: the seeds' "Verify" lines judged on a user's workload.
 
 `checks(run)` gives one row per check and subject, each with its figure over repeats (estimate and a
 90% interval: the two one-sided 95% bounds the verdict reads, as the claims ledger's one-sided

@@ -1,4 +1,4 @@
-"""`harness verify` on MongoDB: seed 001's checks on a user's own query (issue 24).
+"""`harness verify` on MongoDB: seed 001's checks on a user's own query.
 
 The query is the workload file's `[mongodb]` section (`harness.core.workload_file`): a collection, a
 filter template whose ":name" strings are drawn per operation from seeded generators, and optional

@@ -1,4 +1,4 @@
-"""`harness verify` on PostgreSQL: seed 002's checks on a user's own request (issue 24).
+"""`harness verify` on PostgreSQL: seed 002's checks on a user's own request.
 
 The request is the workload file's statements (`harness.core.workload_file`), run in order on one pooled
 connection, with parameters drawn per request from seeded generators. Each client model of seed 002
@@ -7,7 +7,7 @@ it at each pool size in `pools` with `clients` closed-loop clients, each variant
 interpreter: the very machinery of `pg_models` (`harness.experiments.postgres.workload`), so the window, the warm-up,
 the client, server and machine CPU and the calibration of the per-request database time are the
 study's own. Every request runs in a transaction started READ ONLY, on sessions opened with
-`default_transaction_read_only=on` (issue 31; `harness.core.workload_file` names the three guards).
+`default_transaction_read_only=on` (`harness.core.workload_file` names the three guards).
 
 Before the variants, each `{ column = "table.column" }` generator becomes a list of up to `sample`
 values read from the target (a seeded TABLESAMPLE; a read, outside every window), and `preflight`
