@@ -385,17 +385,37 @@ def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def _figure_label(name: str) -> str:
+    """`asyncio_psycopg's pool_bound_frac` for `pg_models.slow.pool20.asyncio_psycopg.pool_bound_frac`."""
+    parts = name.split(".")
+    return f"{parts[-2]}'s {parts[-1]}" if len(parts) > 2 else name
+
+
 def _premise_repeats(premise: Premise, names: tuple[str, ...], repeats: list[int],
-                     labels: Mapping[str, Mapping[int, str]]) -> tuple[list[int], Counter]:
-    """The repeats in which the premise holds for every figure of `names` that has a bottleneck, and
-    the measured bottleneck of each repeat (its figures' labels joined by ` + `)."""
-    met, seen = [], Counter()
+                     labels: Mapping[str, Mapping[int, str]],
+                     series: Mapping[str, Mapping[int, float]]) -> tuple[list[int], Counter]:
+    """The repeats in which the premise holds: its label for every figure of `names` that has a
+    bottleneck (a repeat with none recorded does not count), and each of its thresholds on the
+    figures it names; and, counted, what the other repeats measured instead (their figures'
+    labels joined by ` + `, or the figure below its threshold)."""
+    met, missed = [], Counter()
     for k in repeats:
         got = [labels[m][k] for m in names if k in labels.get(m, {})]
-        seen[" + ".join(sorted(set(got))) or "none recorded"] += 1
-        if got and all(premise.holds(g) for g in got):
-            met.append(k)
-    return met, seen
+        label = " + ".join(sorted(set(got))) or "none recorded"
+        if premise.labels and not (got and all(premise.holds(g) for g in got)):
+            missed[label] += 1
+            continue
+        values = {f: float(series.get(f, {}).get(k, math.nan)) for f in premise.figures()}
+        below = next((t for t in premise.thresholds if not t.meets(values)), None)
+        if below is not None:
+            if below.any_of:
+                missed[f"none of {len(below.figures)} figures at {below.at_least:g}"] += 1
+            else:
+                low = min(below.figures, key=lambda f: values[f] if not math.isnan(values[f]) else -math.inf)
+                missed[f"{_figure_label(low)} below {below.at_least:g}"] += 1
+            continue
+        met.append(k)
+    return met, missed
 
 
 def _measured(names: tuple[str, ...], repeats: list[int], labels: Mapping[str, Mapping[int, str]]) -> str:
@@ -493,7 +513,7 @@ def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame |
                     row["verdict"] = SETUP_SAME if seed is not None and row["estimate"] == seed else SETUP_DIFFERS
                 else:
                     row.update(_measurement(c, a, per_repeat(run, series, c["b"]) if c["b"] else None,
-                                            names, premise, labels))
+                                            names, premise, labels, series))
             except Missing as m:
                 row["verdict"] = NOT_MEASURED
                 row["missing"] = _experiment_state(run, refs(c["a"]) + refs(c["b"])) or f"no {m.name}"
@@ -507,7 +527,8 @@ def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame |
 
 
 def _measurement(c: Mapping[str, Any], a: dict[int, float], b: dict[int, float] | None, names: tuple[str, ...],
-                 premise: Premise | None, labels: Mapping[str, Mapping[int, str]]) -> dict[str, Any]:
+                 premise: Premise | None, labels: Mapping[str, Mapping[int, str]],
+                 series: Mapping[str, Mapping[int, float]]) -> dict[str, Any]:
     """The fields of a measurement row: which repeats ran and were used, and its raw verdict."""
     b = b if b is not None else {k: 1.0 for k in a}
     ran = sorted(set(a) | set(b))
@@ -523,10 +544,9 @@ def _measurement(c: Mapping[str, Any], a: dict[int, float], b: dict[int, float] 
     scope = (premise.scope or names) if premise else names
     out: dict[str, Any] = {"n_ran": len(ran), "bottleneck_measured": _measured(scope, ran, labels)}
     if premise is not None and c["comparison"] != "absolute":
-        met, seen = _premise_repeats(premise, scope, used, labels)
+        met, missed = _premise_repeats(premise, scope, used, labels, series)
         if len(met) * 2 <= len(ran):
-            other = ", ".join(f"{label} in {n}" for label, n in seen.most_common()
-                              if label == "none recorded" or not all(premise.holds(x) for x in label.split(" + ")))
+            other = ", ".join(f"{why} in {n}" for why, n in missed.most_common())
             out.update(verdict=PREMISE_NOT_MET, verdict_raw=PREMISE_NOT_MET, n_used=0, n=0,
                        reason=_join(*reasons, f"premise '{premise.text}' held in {len(met)} of {len(ran)} repeats; "
                                               f"measured: {other or 'none'}"),

@@ -153,10 +153,12 @@ def _synthetic_run(tmp_path) -> store.Run:
 
 
 def _frame(run: store.Run, row: pd.Series, ratio: float, noise: np.ndarray,
-           bottleneck: str | list[str] | None = None) -> pd.DataFrame:
+           bottleneck: str | list[str] | None = None, below: str | None = None) -> pd.DataFrame:
     """Per-repeat figures for every metric the row reads such that a_k / b_k = ratio * exp(noise_k),
     each labelled with a bottleneck (by default one under which the row's premise holds; a list
-    gives one label per repeat), and the figures its premise names."""
+    gives one label per repeat), and the figures its premise names: those of its thresholds just
+    above their threshold, but figure `below` (or all of them, for `one of`, if it is one of them)
+    under it."""
     (a_name,) = claims.refs(row["a"])
     b_names = claims.refs(row["b"])
     premise = claims.parse_premise(row.get("premise") or "")
@@ -176,6 +178,10 @@ def _frame(run: store.Run, row: pd.Series, ratio: float, noise: np.ndarray,
         for n in (premise.scope if premise else ()):
             if n != a_name and n not in b_names:
                 put(n, k, 1.0)
+        for t in (premise.thresholds if premise else ()):
+            for n in t.figures:
+                fails = n == below or (t.any_of and below in t.figures)
+                put(n, k, t.at_least - 0.2 if fails else t.at_least + 0.05)
     partial = pd.DataFrame(recs)
     b = claims.per_repeat(run, claims.by_repeat(partial), row["b"]) if row["b"] else {k: 1.0 for k in range(len(noise))}
     for k, e in enumerate(noise):
@@ -183,15 +189,15 @@ def _frame(run: store.Run, row: pd.Series, ratio: float, noise: np.ndarray,
     return pd.DataFrame(recs)
 
 
-def _evaluate(tmp_path, row: pd.Series, ratio: float, noise=SMALL, bottleneck=None) -> pd.Series:
+def _evaluate(tmp_path, row: pd.Series, ratio: float, noise=SMALL, bottleneck=None, below=None) -> pd.Series:
     run = _synthetic_run(tmp_path)
-    ev = claims.evaluate(run, frame=_frame(run, row, ratio, noise, bottleneck),
+    ev = claims.evaluate(run, frame=_frame(run, row, ratio, noise, bottleneck, below),
                          ledger=LEDGER[LEDGER["claim_id"] == row["claim_id"]])
     return ev.iloc[0]
 
 
-def _verdict(tmp_path, row: pd.Series, ratio: float, noise=SMALL, bottleneck=None) -> str:
-    return _evaluate(tmp_path, row, ratio, noise, bottleneck)["verdict"]
+def _verdict(tmp_path, row: pd.Series, ratio: float, noise=SMALL, bottleneck=None, below=None) -> str:
+    return _evaluate(tmp_path, row, ratio, noise, bottleneck, below)["verdict"]
 
 
 def _cases(row: pd.Series) -> list[tuple[float, np.ndarray, str]]:
@@ -225,10 +231,41 @@ def test_every_judged_row_flips_with_its_figures(tmp_path, claim_id):
         assert got == expected, f"{claim_id}: a / b = {ratio:.4g} (noise {noise.tolist()}): {got}, expected {expected}"
         seen.add(got)
     assert len(seen) >= 3
-    if row["premise"]:  # the figures that reproduce the row, measured under another bottleneck
+    premise = claims.parse_premise(row["premise"] or "")
+    if premise is not None and premise.labels:  # the figures that reproduce the row, under another bottleneck
         ratio, noise, expected = _cases(row)[0]
         got = _verdict(tmp_path, row, ratio, noise, bottleneck=_failing_label(row["premise"]))
         assert got == claims.PREMISE_NOT_MET, f"{claim_id}: premise {row['premise']!r} not met, yet {got}"
+    for figure in (premise.figures() if premise is not None else ()):   # each figure below its threshold
+        ratio, noise, expected = _cases(row)[0]
+        got = _verdict(tmp_path, row, ratio, noise, below=figure)
+        assert got == claims.PREMISE_NOT_MET, f"{claim_id}: {figure} below its threshold, yet {got}"
+
+
+def test_the_pool_sameness_rows_need_the_pool_reached():
+    """Every row that says the pool decides (throughput at the pool bound, the models the same)
+    carries a positive premise on the measured pool bound, never on a figure it tests."""
+    sameness = [f"002-{regime}-{k}" for regime in ("slow20", "bound20") for k in ("01", "04", "07", "10", "15")]
+    for claim_id in sameness:
+        premise = claims.parse_premise(_row(claim_id)["premise"])
+        assert premise is not None and premise.thresholds, claim_id
+        (t,) = premise.thresholds
+        assert t.at_least == 0.9 and all(f.endswith(".pool_bound_frac") for f in t.figures), claim_id
+        assert t.any_of == claim_id.endswith("-15"), claim_id
+        assert not set(t.figures) & set(claims.refs(f"{_row(claim_id)['a']} {_row(claim_id)['b']}")), claim_id
+
+
+def test_one_model_below_the_pool_bound_reads_premise_not_met(tmp_path):
+    """002-slow20-01 (threads at the pool bound) in repeats where one of the other models stays
+    below 0.9 of its bound: the pool is not shown deciding, so the row reads `premise not met`,
+    naming that model, and not a verdict; with every other model there, it is judged."""
+    row = LEDGER.set_index("claim_id").loc["002-slow20-01"].copy()
+    row["claim_id"] = "002-slow20-01"
+    other = "pg_models.slow.pool20.asyncio_asyncpg.pool_bound_frac"
+    got = _evaluate(tmp_path, row, row["reference"], below=other)
+    assert got["verdict"] == claims.PREMISE_NOT_MET
+    assert "asyncio_asyncpg's pool_bound_frac below 0.9 in 8" in got["reason"], got["reason"]
+    assert _verdict(tmp_path, row, row["reference"]) == claims.EQUIVALENT
 
 
 def test_absolute_rows_are_never_judged(tmp_path):

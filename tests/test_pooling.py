@@ -4,6 +4,7 @@ committed summary read and pooled. No server is needed."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def test_pooled_lessons_pools_the_runs_of_one_version_and_rules_each_boot_once()
     assert r["dropped_same_boot"] == 0 and r["run_df"] == 1
     assert r["dropped_other_key"] == 2             # e: another experiment version; g: the quick profile
     assert r["dropped_no_boot"] == 1               # f
-    assert r["key"] == ("full", 2, "{mongo_pool.bare.max_ms}", "{mongo_pool.semaphore.max_ms}",
+    assert r["key"] == ("full", 2, "{mongo_pool.bare.max_ms}", "{mongo_pool.semaphore.max_ms}", "",
                         (("mongo_pool", "v1"),))
     # the pooled interval, judged by the band rule, lies below the band: size not reproduced, which each
     # run's `direction only` (the word before issue 35) covered; the runs' own word is said beside it
@@ -555,17 +556,42 @@ def test_an_arithmetic_mean_interval_is_not_pooled_on_the_log_scale():
         lesson_inputs(s, "001-pool-13")
 
 
+# Lessons whose pool cannot be checked yet: 002-pool's primary row gained a positive premise (the
+# pool bound reached), so only runs judged under it pool, and the runs judged before pool apart.
+RESTARTED = {"002-pool"}
+
+
 def test_a_new_runs_range_holds_the_committed_runs_left_out_one_at_a_time():
-    """Issue 65: each lesson's 90% range for a new run, checked on the committed runs it pools (the
-    README's pool: the newest versions), each run left out in turn against the range the others give
-    with that run's own noise: at least 85% inside, for every lesson. Left out of the range, a run's
-    own noise is what made 001-cursor's range miss 10 of its 26 runs."""
+    """Each lesson's 90% range for a new run, checked on the committed runs it pools (the README's
+    pool: the newest versions and rules), each run left out in turn against the range the others
+    give with that run's own noise: at least 85% inside, for every lesson with three runs to leave
+    out (all but RESTARTED). Left out of the range, a run's own noise is what made 001-cursor's range
+    miss 10 of its 26 runs."""
     from harness import findings
     from harness.core.pooling import committed_runs, leave_one_out
 
     runs = committed_runs()
+    unchecked = set()
     for lesson in findings.LESSONS:
         got = leave_one_out(runs, lesson.claims[0])
-        assert got["checked"] >= 3 and got["coverage"] >= 0.85, got
+        if got["checked"] < 3:
+            unchecked.add(lesson.id)
+            continue
+        assert got["coverage"] >= 0.85, got
+    assert unchecked <= RESTARTED, unchecked
     narrow = leave_one_out(runs, "001-cursor-02", own_noise=False)
     assert narrow["coverage"] < 0.85, narrow
+
+
+def test_a_row_whose_premise_changed_pools_apart():
+    """A row's premise is part of its definition: a run that judged it under another premise is
+    another row, as one with other figures is."""
+    old = _summary("a", 17.0)
+    new = copy.deepcopy(old)
+    for c in new["claims"]:
+        c["premise"] = "not client CPU; at least 0.9 of {x.y.pool_bound_frac}"
+    a = pooling.RunRecord("20261201T000000Z-full-aaaa", "boot-1", old, {"mongo_pool": "v1"})
+    b = pooling.RunRecord("20261202T000000Z-full-bbbb", "boot-2", new, {"mongo_pool": "v1"})
+    row_a, row_b = old["claims"][0], new["claims"][0]
+    assert pooling._key(a, row_a, "version") != pooling._key(b, row_b, "version")
+    assert pooling._key(a, row_a, "profile") == pooling._key(b, row_b, "profile")

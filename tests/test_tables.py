@@ -87,20 +87,20 @@ def test_the_reference_is_stored_compactly_and_once():
 # ms; a coefficient of variation of 0 read as 1e-16), or relative to the figure 2e-5 (its smallest
 # time figures are 0.1 ms, on which a nanosecond is 1e-5: their CVs; tail p-values move by 4e-8).
 TOLERANCE_REL, TOLERANCE_ABS = 2e-5, 1e-6
-# Text the code writes afresh rather than reads from the raw data: the methods, and three units a
-# name-suffix guess once gave (mongo_client.ratio_* were 'count' with no direction; now declared).
+# Text the code writes afresh rather than reads from the raw data.
 REWRITTEN = {".methods"}
-REDECLARED = {f"mongo_client..ratio{s}" for s in ("_motor", "_uvloop", "_uvloop_motor")}
 
 
 def test_the_converted_reference_rejudges_to_its_committed_summary(tmp_path):
+    """The committed summary was re-judged from the converted tables; before, from the float64
+    tables, the two agreed within this tolerance (944 numbers differed by more than 1e-9 of
+    themselves, the largest a CV by 8.5e-6; every verdict the same)."""
     copy = tmp_path / REFERENCE.name
     shutil.copytree(REFERENCE, copy, ignore=shutil.ignore_patterns("report", "servers", "artifacts", "*.log"))
     done = harness("summarise", "--data-dir", str(tmp_path), str(copy), timeout=300)
     assert done.returncode == 0, done.stderr
     committed = json.loads((REFERENCE / "summary.json").read_text())
     again = json.loads((copy / "summary.json").read_text())
-    moved: list[str] = []
 
     def compare(a, b, path: str) -> None:
         if any(path.startswith(p) for p in REWRITTEN):
@@ -118,11 +118,9 @@ def test_the_converted_reference_rejudges_to_its_committed_summary(tmp_path):
         elif isinstance(a, float) and isinstance(b, float):
             if not (math.isnan(a) and math.isnan(b)) and a != b:
                 assert abs(a - b) <= TOLERANCE_ABS + TOLERANCE_REL * max(abs(a), abs(b)), (path, a, b)
-                moved.append(path)
-        elif a != b:
-            assert any(name in path for name in REDECLARED) and path.endswith((".unit", ".better")), (path, a, b)
+        else:
+            assert a == b, (path, a, b)
 
     compare(committed, again, "")
     claims = {c["claim_id"]: c["verdict"] for c in committed["claims"]}
     assert claims == {c["claim_id"]: c["verdict"] for c in again["claims"]}, "every verdict as committed"
-    assert moved, "the rounding shows somewhere; if not, this test no longer tests the tolerance"

@@ -47,7 +47,12 @@ seeds' own numbers. Columns:
                 `premise not met` when they are no more than half of the repeats. The seed 002 slow
                 regime's rows read `not client CPU|machine CPU` (the seed's "none of them was the
                 bottleneck"), never `pool`: that label follows from the 90%-of-bound rule those
-                rows test, so it would be circular.
+                rows test, so it would be circular. After a `;`, a premise may also ask for figures:
+                `at least X of {metric}, {metric}` (every one >= X in the repeat) or `at least X of
+                one of {metric}, ...` (the largest >= X); never a figure the row reads itself. The
+                pool's sameness rows read the pool bound so (each model's rows: every other model
+                at 0.9 of its bound, the seed's own rule for a pool limit; the slowest-over-fastest
+                rows: one model there, since every model there would imply the sameness they test).
     machine_dependent  `yes` when the figure scales with the machine's speed (a fixed-ms threshold,
                 a maximum that grows as throughput falls): the report shows the run's ceiling beside it
     role        the server role that produced the figures (mongodb, postgres)
@@ -279,19 +284,43 @@ def beyond_band(interval: tuple[float, float], low: float, high: float) -> str |
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """`at least X of [one of] {metric}, ...`: every figure (or, with `one of`, the largest) at
+    least `at_least` in the repeat."""
+
+    at_least: float
+    figures: tuple[str, ...]
+    any_of: bool
+
+    def meets(self, values: Mapping[str, float]) -> bool:
+        """Whether the repeat's `values` (figure -> value) meet it; a figure missing is not met."""
+        got = [values.get(f, math.nan) for f in self.figures]
+        if self.any_of:
+            return any(v >= self.at_least for v in got)
+        return all(v >= self.at_least for v in got)
+
+
+@dataclass(frozen=True)
 class Premise:
-    """A parsed `premise`: the bottleneck labels (normalised), whether they must match (`negate`
-    False) or must not (`negate` True), and the figures whose bottleneck counts (empty: all the
-    row reads)."""
+    """A parsed `premise`: the bottleneck labels (normalised; empty when it asks for figures only),
+    whether they must match (`negate` False) or must not (`negate` True), the figures whose
+    bottleneck counts (empty: all the row reads), and the figures' thresholds."""
 
     text: str
     labels: tuple[str, ...]
     negate: bool
     scope: tuple[str, ...]
+    thresholds: tuple[Threshold, ...] = ()
 
     def holds(self, bottleneck: str) -> bool:
+        if not self.labels:
+            return True
         hit = normalise_bottleneck(bottleneck) in self.labels
         return not hit if self.negate else hit
+
+    def figures(self) -> tuple[str, ...]:
+        """Every figure its thresholds read."""
+        return tuple(f for t in self.thresholds for f in t.figures)
 
 
 def normalise_bottleneck(label: str) -> str:
@@ -300,29 +329,47 @@ def normalise_bottleneck(label: str) -> str:
 
 
 _PREMISE = re.compile(r"^\s*(not\s+)?([^{}]+?)(?:\s+of\s+(.+))?\s*$", re.IGNORECASE | re.DOTALL)
+_THRESHOLD = re.compile(r"^\s*at\s+least\s+([0-9]*\.?[0-9]+)\s+of\s+(one\s+of\s+)?(.+?)\s*$",
+                        re.IGNORECASE | re.DOTALL)
+
+
+def _metrics(text: str, where: str, premise: str) -> tuple[str, ...]:
+    names = refs(where)
+    rest = _REF.sub("", where).replace(",", "").strip()
+    if not names or rest:
+        raise ExpressionError(f"premise {premise!r}: `of` takes metrics in braces, separated by commas")
+    for name in names:
+        if name.startswith("param:") or not _REF_NAME.match(name):
+            raise ExpressionError(f"premise {premise!r}: {{{name}}} is not a metric name")
+    return names
 
 
 @lru_cache(maxsize=256)
 def parse_premise(text: str) -> Premise | None:
-    """`[not] LABEL[|LABEL...] [of {metric}, {metric}...]`, or None for an empty premise."""
+    """`[not] LABEL[|LABEL...] [of {metric}, ...]`, then any `; at least X of [one of] {metric}, ...`
+    (or the thresholds alone), or None for an empty premise."""
     if not isinstance(text, str) or not text.strip():
         return None
-    m = _PREMISE.match(text)
+    clauses = [c.strip() for c in text.split(";")]
+    thresholds = []
+    for clause in [c for c in clauses if _THRESHOLD.match(c)]:
+        m = _THRESHOLD.match(clause)
+        assert m is not None
+        thresholds.append(Threshold(float(m.group(1)), _metrics(clause, m.group(3), text), bool(m.group(2))))
+    labelled = [c for c in clauses if not _THRESHOLD.match(c)]
+    if len(labelled) > 1 or (labelled and not labelled[0]) or not (labelled or thresholds):
+        raise ExpressionError(f"premise {text!r}: write `[not] LABEL[|LABEL] [of {{metric}}, ...]`, then any "
+                              "`; at least X of [one of] {metric}, ...`")
+    if not labelled:
+        return Premise(text.strip(), (), False, (), tuple(thresholds))
+    m = _PREMISE.match(labelled[0])
     if not m:
         raise ExpressionError(f"premise {text!r}: write `[not] LABEL[|LABEL] [of {{metric}}, ...]`")
     labels = tuple(normalise_bottleneck(x) for x in m.group(2).split("|"))
     if not all(labels):
         raise ExpressionError(f"premise {text!r}: an empty bottleneck label")
-    scope: tuple[str, ...] = ()
-    if m.group(3):
-        scope = refs(m.group(3))
-        rest = _REF.sub("", m.group(3)).replace(",", "").strip()
-        if not scope or rest:
-            raise ExpressionError(f"premise {text!r}: `of` takes metrics in braces, separated by commas")
-        for name in scope:
-            if name.startswith("param:") or not _REF_NAME.match(name):
-                raise ExpressionError(f"premise {text!r}: {{{name}}} is not a metric name")
-    return Premise(text.strip(), labels, bool(m.group(1)), scope)
+    scope = _metrics(labelled[0], m.group(3), text) if m.group(3) else ()
+    return Premise(text.strip(), labels, bool(m.group(1)), scope, tuple(thresholds))
 
 
 # -- the ledger ----------------------------------------------------------------------------------
@@ -432,7 +479,12 @@ def _row_problems(row) -> list[str]:
         if row.comparison == "absolute":
             out.append("an absolute row is never judged: it has no premise")
         try:
-            parse_premise(row.premise)
+            premise = parse_premise(row.premise)
         except ExpressionError as e:
             out.append(str(e))
+        else:
+            read = set(refs(f"{row.a} {row.b}"))
+            if premise is not None and read & set(premise.figures()):
+                out.append(f"the premise's thresholds read {sorted(read & set(premise.figures()))}, which the "
+                           "row tests: it would keep the repeats by the value it then judges")
     return out

@@ -60,8 +60,8 @@ another on the same boot: left out, counted); among those whose row is poolable,
 whose *key* equals that of the newest run that measured the row (also when that run's own row gives
 no interval, e.g. `premise not met`: then nothing pools, rather than older runs of other code
 standing in for it): the verdict rules (the summary's format version: 1 = 95% intervals
-and no Holm adjustment; each later version its own rules), the row's own definition (its `a`
-and `b`: a row whose figures were redefined measures something else), the profile,
+and no Holm adjustment; each later version its own rules), the row's own definition (its `a`,
+`b` and `premise`: a row whose figures or premise were redefined measures something else), the profile,
 and with `match="version"` (the default) the experiment versions (`manifest.json`'s
 `experiments.<name>.version`: a hash of the experiment's code and parameters) of the experiments the
 row reads; a run whose manifest records no versions keys as unknown and pools only with such runs.
@@ -630,7 +630,8 @@ def _key(run: RunRecord, row: Mapping[str, Any], match: str) -> tuple[Any, ...]:
     key: tuple[Any, ...] = (run.run_profile,)
     if match in ("version", "rules"):
         # the row's own definition too: a row whose figures were redefined measures something else
-        key += (rules_version(run.summary), str(row.get("a") or ""), str(row.get("b") or ""))
+        key += (rules_version(run.summary), str(row.get("a") or ""), str(row.get("b") or ""),
+                str(row.get("premise") or ""))
     if match == "version":
         # the checked metadata that does not pool (core.checked): each experiment's version and
         # parameters, the product of each server it needs
