@@ -18,7 +18,8 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
         profiles = {"seed": {}, "full": {"documents": 20_000}, "quick": {"documents": 20_000},
                     "smoke": {"documents": 2_000}}
         repeats = {"smoke": 1, "quick": 1, "full": 10, "seed": 10}
-        analysis = "harness.experiments.mongo.analysis"            # its metrics(run) names the headline figures
+        analysis = "harness.experiments.mongo.analysis"            # the family's tables (notebooks)
+        metrics = (Metric("max_stall_ms", "ms", "lower"), Metric("total_s", "s", "lower"))
         headline = (Metric("max_stall_ms", "ms", "lower"),)
         tables = {"samples": {"variant": "str", "latency_s": "float", "ok": "bool", ...},
                   "windows": window_columns(batch_size="int")}
@@ -27,6 +28,9 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
             for pt in ctx.order(grid(method="iterate", batch_size=ctx.params.batch_sizes)):
                 ...                        # measure variant_id(pt["method"], batch_size=...), then
                                            # ctx.record("samples", rows): checked against `tables`
+        def compute_metrics(self, run, rows):
+            for _, r in cursor_summary(run).iterrows():   # from its tables, ok cells only
+                rows.put(r.variant, "max_stall_ms", r["repeat"], r.stall_max_ms)   # checked against `metrics`
 
 `run()` executes in a fresh worker process (see `harness.worker`), once per repeat. It measures and
 records raw data only: no summaries, no printing (statistics live in `harness.core.stats`).
