@@ -1,0 +1,94 @@
+"""Where the CPU goes (core/profiles.py): the categories read from hand-made stacks, and from real
+py-spy profiles of small programs whose answer is known."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from harness.core import profiles
+from harness.core.errors import HarnessError
+
+
+@pytest.mark.parametrize(("stack", "category"), [
+    (["<module> (app.py:1)", "decode (bson/__init__.py:1127)", "get_value (bson/_cbsonmodule.c:2290)"], profiles.BSON),
+    (["main (app.py:1)", "execute (psycopg/cursor.py:720)", "PQexec (libpq.so.5)"], profiles.DRIVER_C),
+    (["main (app.py:1)", "find_one (pymongo/asynchronous/collection.py:1700)"], profiles.DRIVER_PY),
+    (["main (app.py:1)", "execute (psycopg/cursor.py:720)", "__libc_recv (libc.so.6)"], profiles.SYSCALLS),
+    (["run (threading.py:982)", "spin (app.py:4)", "pthread_cond_timedwait (libc.so.6)", "0x7f3a (libc.so.6)"],
+     profiles.GIL),
+    (["BaseEventLoop._run_once (asyncio/base_events.py:1922)", "Handle._run (asyncio/events.py:80)"], profiles.LOOP),
+    (["Handle._run (asyncio/events.py:80)", "task_step (_asynciomodule.c:2100)"], profiles.LOOP),
+    (["run (harness/core/openloop.py:90)", "_PyEval_EvalFrameDefault (libpython3.11.so.1.0)"], profiles.HARNESS),
+    # the program's own code claims its samples: the event loop that called it does not
+    (["Handle._run (asyncio/events.py:80)", "worker (app.py:4)", "PyObject_Malloc (libpython3.11.so.1.0)"],
+     profiles.OTHER),
+    (["gc_collect_main (libpython3.11.so.1.0)"], profiles.OTHER),
+])
+def test_a_sample_goes_to_its_leaf_most_frame_of_code(stack, category):
+    assert profiles.category_of(stack) == category
+
+
+def test_shares_add_up_and_name_every_category(tmp_path):
+    raw = tmp_path / "p.txt"
+    raw.write_text("a (x.py:1);decode (bson/__init__.py:3) 3\na (x.py:1) 1\nnot a stack line\n")
+    stacks = profiles.read_collapsed(raw)
+    assert stacks == [(("a (x.py:1)", "decode (bson/__init__.py:3)"), 3), (("a (x.py:1)",), 1)]
+    got = profiles.shares(stacks)
+    assert set(got) == set(profiles.NAMES) and got[profiles.BSON] == 0.75 and got[profiles.OTHER] == 0.25
+    assert abs(sum(got.values()) - 1) < 1e-12
+
+
+KNOWN = {
+    "bson": ("""
+        import bson, time
+        doc = {"customer": "c1", "items": [{"sku": i, "qty": i % 5, "price": i * 1.5} for i in range(50)]}
+        stop = time.monotonic() + 1.5
+        while time.monotonic() < stop:
+            bson.decode(bson.encode(doc))
+        """, profiles.BSON, 0.6),
+    "event loop": ("""
+        import asyncio, time
+        async def worker(stop):
+            while time.monotonic() < stop:
+                await asyncio.sleep(0)
+        async def main():
+            stop = time.monotonic() + 1.5
+            await asyncio.gather(*(worker(stop) for _ in range(1000)))
+        asyncio.run(main())
+        """, profiles.LOOP, 0.5),
+    "the interpreter lock": ("""
+        import threading, time
+        def spin():
+            stop, s = time.monotonic() + 1.5, 0
+            while time.monotonic() < stop:
+                s += 1
+        threads = [threading.Thread(target=spin) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        """, profiles.GIL, 0.2),
+    "plain Python": ("""
+        import time
+        stop, s = time.monotonic() + 1.5, 0
+        while time.monotonic() < stop:
+            s += sum(i * i for i in range(1000))
+        """, profiles.OTHER, 0.9),
+}
+
+
+@pytest.mark.parametrize("name", KNOWN)
+def test_a_program_whose_answer_is_known_reads_so(tmp_path, name):
+    source, category, at_least = KNOWN[name]
+    program = tmp_path / "program.py"
+    program.write_text(textwrap.dedent(source))
+    stacks = profiles.profile_program([sys.executable, str(program)], tmp_path / "profile.txt", rate=200)
+    got = profiles.shares(stacks)
+    assert sum(n for _, n in stacks) >= 100, "py-spy took too few samples to say"
+    assert got[category] >= at_least, {k: round(v, 2) for k, v in got.items() if v}
+
+
+def test_a_program_that_cannot_be_profiled_is_one_line(tmp_path):
+    with pytest.raises(HarnessError, match="py-spy could not profile"):
+        profiles.profile_program([str(tmp_path / "no-such-program")], tmp_path / "p.txt")
