@@ -21,8 +21,8 @@ seeds' own numbers. Columns:
                 ratio        a / b per repeat (b empty: a alone), compared with `reference` in the
                              seed's `direction`, and with the band where the seed gives an effect size
                 equivalence  a / b per repeat is the same as `reference` within `margin`
-    a, b        expressions over metrics (`{experiment.variant.metric}`, as the analysis modules'
-                `metrics(run)` name them) and parameters (`{param:experiment.name}`), evaluated per
+    a, b        expressions over metrics (`{experiment.variant.metric}`, as each experiment declares
+                them in its `metrics`) and parameters (`{param:experiment.name}`), evaluated per
                 repeat, so that a and b are paired by repeat; b empty = 1
     direction   `>` (the seed says a / b exceeds reference) or `<`
     reference   where the seed's side and the opposite side meet: 1 for "a above b", or a threshold
