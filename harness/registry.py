@@ -232,12 +232,8 @@ class _Walk:
             self.reference(*mod.imports[attr])
 
     def reference(self, module: str, attr: str | None) -> None:
-        if attr is None:
-            return   # `import x`: its attributes are followed where they are used
-        sub = f"{module}.{attr}"
-        if _is_workload(sub) and _source_file(sub) is not None:
-            return   # a module imported by name: followed where its attributes are used
-        self.definition(module, attr)
+        if attr is not None:   # `import x`: its attributes are followed where they are used
+            self.definition(module, attr)
 
     def follow(self, mod: _Module, node: ast.AST) -> None:
         for n in ast.walk(node):

@@ -79,5 +79,5 @@ def read_table(path: Path) -> pd.DataFrame:
     per = dict(UNITS)
     for c, unit in meta["times"].items():
         values = pd.to_numeric(df.pop(f"{c[:-2]}_{unit}"), errors="coerce").astype("float64")
-        df[c] = values * per[unit] / NS_PER_S if per[unit] != 1 else values / NS_PER_S
+        df[c] = values * per[unit] / NS_PER_S
     return df[meta["columns"]]
