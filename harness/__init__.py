@@ -35,7 +35,7 @@ def __getattr__(name: str) -> Any:
 
 def list_experiments() -> dict[str, Any]:
     """Every registered experiment, by name."""
-    from . import registry
+    from .experiments import registry
 
     return registry.all_experiments()
 
@@ -43,6 +43,6 @@ def list_experiments() -> dict[str, Any]:
 def run(names: list[str], profile: str = "quick", *, repeat: int | None = None,
         overrides: dict[str, Any] | None = None, data_dir: Any = None) -> Any:
     """Run experiments as `python -m harness run` does; returns the new run's directory."""
-    from . import study
+    from .running import study
 
     return study.run(list(names), profile, repeat, overrides, data_dir)

@@ -21,10 +21,12 @@ from typing import Any, TypeVar
 import pandas as pd
 import pytest
 
-from harness import registry, report, study
 from harness.core import config, datasets, servers, store
 from harness.core.errors import HarnessError
 from harness.core.tables import read_table
+from harness.experiments import registry
+from harness.running import study
+from harness.writing import report
 
 T = TypeVar("T")
 

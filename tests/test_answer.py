@@ -1,5 +1,5 @@
-"""The answer (harness.answer) and the generated blocks of README.md and docs/RESULTS.md
-(harness.generated): the README answers in its first screen, every figure in it and in RESULTS sits
+"""The answer (harness.judging.answer) and the generated blocks of README.md and docs/RESULTS.md
+(harness.writing.generated): the README answers in its first screen, every figure in it and in RESULTS sits
 in a block its generator gives today, and the words across machines say what the runs say. No
 server is started here."""
 
@@ -12,10 +12,11 @@ import pytest
 from conftest import harness
 from test_findings import SYNTHETIC
 
-from harness import answer, findings, generated
 from harness.core import pooling, store, verdicts
 from harness.core.errors import HarnessError
 from harness.core.workload_file import CAPS
+from harness.judging import answer, findings
+from harness.writing import generated
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 README = REPO_ROOT / "README.md"

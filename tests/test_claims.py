@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import claims, registry
 from harness.core import ledger as ledger_module
 from harness.core import stats, store
+from harness.experiments import registry
 from harness.experiments.fastapi import analysis as fastapi_analysis
+from harness.judging import claims
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 # Unit conversions a derived seed value may use beside the sentence's own numbers (ms per s, us per s).
@@ -579,7 +580,7 @@ def test_error_control_by_lesson_holm_for_primary_rows_bh_for_the_rest():
 
 
 def test_each_lesson_has_its_primary_row_in_the_ledger():
-    from harness import findings
+    from harness.judging import findings
 
     primary = LEDGER[LEDGER["primary"] != ""].set_index("primary")["claim_id"].to_dict()
     assert primary == {lesson.id: lesson.claims[0] for lesson in findings.LESSONS}

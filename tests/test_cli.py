@@ -12,8 +12,8 @@ import psutil
 import pytest
 from conftest import REPO_ROOT, harness, started_run, two_at_a_time
 
-from harness import registry
 from harness.core import store
+from harness.experiments import registry
 
 
 def test_help_explains_every_command():

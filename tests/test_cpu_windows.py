@@ -20,7 +20,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import claims, findings
 from harness.core import config, stats, store
 from harness.experiments import analysis as kit
 from harness.experiments.analysis import CPU_REJECTED
@@ -29,6 +28,7 @@ from harness.experiments.departures import analysis as departures
 from harness.experiments.fastapi import analysis as fastapi
 from harness.experiments.mongo import analysis as mongo
 from harness.experiments.postgres import analysis as postgres
+from harness.judging import claims, findings
 
 WINDOWS_WITHIN = 0.95   # the share of closed-loop windows Little's law must hold in (issue 32)
 

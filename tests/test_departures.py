@@ -8,11 +8,12 @@ import os
 
 import pytest
 
-from harness import claims, registry
 from harness.core import interpreters, store
 from harness.core.errors import HarnessError
+from harness.experiments import registry
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.departures import analysis
+from harness.judging import claims
 
 
 @pytest.fixture(scope="module")

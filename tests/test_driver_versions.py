@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import claims, registry, study
 from harness.core import interpreters, store
 from harness.core.errors import HarnessError
+from harness.experiments import registry
 from harness.experiments.departures import analysis, experiment
+from harness.judging import claims
+from harness.running import study
 
 CURRENT = ".".join(platform.python_version().split(".")[:2])
 LOCKED = interpreters.base_pins(interpreters.resolve(CURRENT))["pymongo"]
@@ -96,7 +98,7 @@ def test_the_driver_factor_is_judged_by_the_same_rule(driver_run):
 
 
 def test_notebook_05_shows_the_driver_levels(driver_run, tmp_path):
-    from harness import notebook, report
+    from harness.writing import notebook, report
 
     out = tmp_path / "05.ipynb"
     failure = report.execute(report.NOTEBOOKS_DIR / "05_departures.ipynb", out, driver_run, tmp_path / "figs",

@@ -22,13 +22,13 @@ from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from conftest import experiment_tables
 
-from harness import claims
 from harness.core import datasets, processes
 from harness.core.tables import read_table
 from harness.experiments.analysis import CPU_REJECTED
 from harness.experiments.fastapi import analysis
 from harness.experiments.fastapi import locust as fastapi_locust
 from harness.experiments.fastapi.apps import listings_api
+from harness.judging import claims
 
 REPO_ROOT = fastapi_locust.REPO_ROOT
 SMOKE = fastapi_locust.EXPERIMENT.params("smoke")
@@ -235,8 +235,8 @@ def test_crossover_smoke_sets_and_measures_each_round_trip(stack, tmp_path):
     and measured (loosely: between half and twice the setting, plus the proxy's own cost), the
     direct point bypasses it, and the toxics are gone afterwards. One variant: the smoke run measures
     both, and the delays are the proxy's, whatever the app."""
-    from harness import study
     from harness.core import network
+    from harness.running import study
 
     planned = study.plan(["fastapi_crossover"], "smoke", {"rtts_ms": "20", "variants": "async"})[0]
     for d in planned.experiment.datasets(planned.params):

@@ -46,10 +46,11 @@ from conftest import REPO_ROOT, SECRET, finished_run, harness, two_at_a_time
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness import registry, study
 from harness.core import config, servers, store
 from harness.core.errors import HarnessError
+from harness.experiments import registry
 from harness.experiments.mongo import workload as mongo_workload
+from harness.running import study
 
 pytestmark = pytest.mark.faults
 
@@ -218,7 +219,7 @@ def cli(tmp: Path, *args: str, env: dict[str, str]):
 
 
 def is_worker(p: psutil.Process) -> bool:
-    return "harness.worker" in " ".join(p.cmdline())
+    return "harness.running.worker" in " ".join(p.cmdline())
 
 
 def named(name: str) -> Callable[[psutil.Process], bool]:
@@ -833,7 +834,7 @@ text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=30)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(text, max_size=4))
 def test_set_parser_never_crashes_and_names_the_input(values):
-    from harness.cli import _parse_sets
+    from harness.__main__ import _parse_sets
 
     try:
         overrides = _parse_sets(tuple(values))

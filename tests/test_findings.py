@@ -1,4 +1,4 @@
-"""The lessons (harness.findings): one row per seed lesson, read from a summary.json, and each lesson
+"""The lessons (harness.judging.findings): one row per seed lesson, read from a summary.json, and each lesson
 pooled over the committed runs. The tables made from them: tests/test_answer.py. No server is
 started here."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import findings
 from harness.core import pooling, store, verdicts
 from harness.core.errors import HarnessError
+from harness.judging import findings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LEDGER = REPO_ROOT / "harness" / "core" / "claims_ledger.csv"

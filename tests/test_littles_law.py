@@ -41,10 +41,10 @@ import math
 import pandas as pd
 import pytest
 
-from harness import findings
 from harness.core import config, store
 from harness.core.measure import window_completed
 from harness.experiments.postgres import analysis as postgres
+from harness.judging import findings
 
 # experiment -> the windows column that holds its N (clients, tasks or threads)
 CLOSED_LOOPS = {"pg_models": "clients", "pg_ceiling": "clients", "mongo_pool": "workers",

@@ -16,9 +16,9 @@ import nbformat
 import pandas as pd
 import pytest
 
-from harness import claims
 from harness.core import store
 from harness.experiments.mongo import analysis as mongo
+from harness.judging import claims
 from tests.conftest import experiment_tables
 
 MINE = ["mongo_cursor", "mongo_pool", "mongo_client", "mongo_bulk", "mongo_models"]

@@ -15,10 +15,10 @@ import pytest
 from conftest import REPO_ROOT
 from pymongo.errors import PyMongoError
 
-from harness import registry
 from harness.core import environment, network, servers
 from harness.core.errors import HarnessError
 from harness.core.servers import Server, ServerStack
+from harness.experiments import registry
 
 ROLES = ("mongodb", "postgres")
 

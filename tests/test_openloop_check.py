@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import experiment_tables
 
-from harness import cli, registry
+from harness import __main__ as cli
 from harness.core.errors import HarnessError
+from harness.experiments import registry
 from harness.experiments.openloop_check import analysis
 from harness.experiments.openloop_check import experiment as openloop_check
 

@@ -10,12 +10,13 @@ import math
 import pytest
 from conftest import repeat_tables
 
-from harness import claims, registry
 from harness.core import placement, stats
+from harness.experiments import registry
 from harness.experiments.analysis import METRIC_COLUMNS
 from harness.experiments.postgres import analysis as postgres
 from harness.experiments.postgres.models import pool_bound_regime, split_client_share
 from harness.experiments.postgres.workload import MODELS, regime_name
+from harness.judging import claims
 
 pytestmark = pytest.mark.timeout(600)   # the first test may wait for the session's smoke run (~300 s)
 
@@ -39,7 +40,7 @@ def _from_smoke_run(smoke_run, name):
 
 
 def _run(stack, tmp_path_factory, name, **overrides):
-    from harness import study
+    from harness.running import study
 
     planned = study.plan([name], "smoke", overrides)[0]
     for d in planned.experiment.datasets(planned.params):

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness import findings
 from harness.core import pooling, stats, verdicts
 from harness.core.pooling import NotPoolable, lesson_inputs, pool, pooled_lessons
+from harness.judging import findings
 
 ROOT = Path(__file__).resolve().parents[1]
 T = lambda df: float(sps.t.ppf(0.95, df))  # noqa: E731 -- the 90% two-sided quantile
@@ -567,8 +567,8 @@ def test_a_new_runs_range_holds_the_committed_runs_left_out_one_at_a_time():
     give with that run's own noise: at least 85% inside, for every lesson with three runs to leave
     out (all but RESTARTED). Left out of the range, a run's own noise is what made 001-cursor's range
     miss 10 of its 26 runs."""
-    from harness import findings
     from harness.core.pooling import committed_runs, leave_one_out
+    from harness.judging import findings
 
     runs = committed_runs()
     unchecked = set()

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness import claims, findings
 from harness.core import pooling, power
 from harness.core.errors import HarnessError
+from harness.judging import claims, findings
 from harness.reading import power as power_report
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import registry, study
-from harness.cli import _Progress
+from harness.__main__ import _Progress
+from harness.experiments import registry
+from harness.running import study
 
 IN_STUDY = [n for n, e in registry.all_experiments().items() if e.in_study]
 

@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 from conftest import REPO_ROOT
 
-from harness import claims, registry
 from harness.core import calibration, store
 from harness.core.errors import HarnessError
 from harness.core.tables import read_table
+from harness.experiments import registry
 from harness.experiments.analysis import MetricRows
 from harness.experiments.base import Experiment, Metric, check_table, grid, variant_id
+from harness.judging import claims
 
 NAMES = list(registry.all_experiments())
 
@@ -99,7 +100,7 @@ def test_a_worker_loads_its_experiment_from_its_own_module_alone():
     assert registry.load("pg_models", module) is exp
     assert registry.load("pg_models", "harness.experiments.mongo.pool") is exp   # declares another
     assert registry.load("pg_models", "json") is exp                             # outside the package
-    probe = (f"import json, sys; from harness import registry; e = registry.load('pg_models', {module!r}); "
+    probe = (f"import json, sys; from harness.experiments import registry; e = registry.load('pg_models', {module!r}); "
              "print(json.dumps([e.name, sorted(m for m in sys.modules if m.startswith('harness.experiments.')"
              " and m.count('.') == 3)]))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)

@@ -19,9 +19,11 @@ import nbformat
 import pytest
 from conftest import snapshot
 
-from harness import claims, findings, notebook, registry, report
 from harness.core import store
 from harness.core.errors import HarnessError
+from harness.experiments import registry
+from harness.judging import claims, findings
+from harness.writing import notebook, report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PARAMETERS = ("run_dir", "figures_dir", "figure_formats")
@@ -302,7 +304,7 @@ def test_a_report_that_succeeds_prints_nothing_from_its_kernels(tmp_path):
                                              "print(get_connection_info(unpack=True)['transport'])")
     sockets = tmp_path / "tmp"
     sockets.mkdir()
-    code = (f"from harness import report\nfrom harness.core import store\n"
+    code = (f"from harness.writing import report\nfrom harness.core import store\n"
             f"report.build(store.Run({str(run_dir)!r}), notebooks_dir={str(nbs)!r}, figures={str(tmp_path / 'f')!r})")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TMPDIR": str(sockets)})
@@ -337,7 +339,7 @@ def test_an_interrupted_report_stops_its_notebooks_at_once(tmp_path, moment):
     # Python's own Ctrl-C handler even if this test runs with SIGINT ignored (a background job of
     # a non-interactive shell): the child would ignore the signal too, and the test would be moot.
     code = (f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            f"from harness import report\nfrom harness.core import store\n"
+            f"from harness.writing import report\nfrom harness.core import store\n"
             f"report.build(store.Run({str(run_dir)!r}), notebooks_dir={str(nbs)!r}, figures={str(tmp_path / 'f')!r})")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

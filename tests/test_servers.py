@@ -85,7 +85,7 @@ def test_bad_uri_fails_fast_with_a_clear_message(monkeypatch):
                                        ("STUDY_POSTGRES_DSN", "nonsense")])
 def test_study_in_process_refuses_a_bad_uri_before_the_run_exists(var, value, monkeypatch, tmp_path):
     """`study.run` called as a library (not through the CLI) checks the URIs before it creates a run."""
-    from harness import study
+    from harness.running import study
 
     monkeypatch.setenv(var, value)
     with pytest.raises(HarnessError, match=var):

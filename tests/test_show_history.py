@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, harness
 
-from harness import cli
+from harness import __main__ as cli
 from harness.core import environment, host, pooling, store
 from harness.core.errors import HarnessError
 from harness.reading import compare, history, readout, show
@@ -290,7 +290,7 @@ def test_keep_commits_a_runs_manifest_and_summary_to_history_and_leaves_the_run(
 def test_a_report_of_any_run_but_the_repositorys_reference_keeps_its_figures_in_the_run(tmp_path, monkeypatch):
     """The citable figures/ are the reference run's: a report of a smoke or an old run writes its
     figures inside that run, unless STUDY_FIGURES_DIR or an argument says otherwise."""
-    from harness import report
+    from harness.writing import report
 
     monkeypatch.delenv("STUDY_FIGURES_DIR", raising=False)
     new = "20261202T000000Z-smoke-cccc"
@@ -483,7 +483,7 @@ def test_history_lessons_follow_each_lessons_figure_and_flag_verdicts_that_move(
     """The findings' lessons run by run: the figure of the lesson's first ledger row and its verdict;
     a verdict of another class than the previous run's is MOVED, holds <-> fails OPPOSED, and
     intervals that do not overlap `apart`. 001-pool's first row is 001-pool-13."""
-    from harness import findings
+    from harness.judging import findings
 
     head = next(lesson for lesson in findings.LESSONS if lesson.id == "001-pool").claims[0]
     plan = [("20261128T000000Z-full-0001", "direction only", 12.0, 11.0, 13.0),
@@ -514,7 +514,7 @@ def test_history_lessons_on_one_processor_pool_only_that_processors_runs(tmp_pat
     """`--processor TEXT` keeps the runs whose CPU model contains TEXT (any case): the runs listed,
     each lesson's runs and its pooled row are those of that kind of machine alone (002-cpu's size
     follows the processor: docs/RESULTS.md). No match is a one-line error naming the processors."""
-    from harness import findings
+    from harness.judging import findings
 
     head = next(lesson for lesson in findings.LESSONS if lesson.id == "001-pool").claims[0]
     plan = [("20261128T000000Z-full-0001", "boot-a", "AMD EPYC", 12.0),
@@ -642,7 +642,7 @@ def test_compare_reads_runs_without_raw_tables(tmp_path, monkeypatch):
     """A history run has no raw tables: compare must not try to re-judge it. Its verdicts and figures
     are the stored ones, even where today's rules would judge the stored numbers otherwise: A says
     `reproduced` for a figure of 0.5 [0.4, 0.6] against a seed's 2.0, B `not reproduced` for 2.1."""
-    from harness import claims, summary
+    from harness.judging import claims, summary
 
     def rejudged(*_a, **_k):
         raise AssertionError("compare re-judged a stored run")

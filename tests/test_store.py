@@ -78,7 +78,7 @@ def _context(tmp_path, repeat=0, tolerance=0.0):
 
 def test_a_cell_with_any_failed_operation_is_failed(tmp_path):
     """A repeat can finish while its server died halfway: the cell says so, with the first error."""
-    from harness import worker
+    from harness.running import worker
 
     ctx = _context(tmp_path)
     ctx.record("samples", [{"variant": "a", "ok": True, "error": ""},
@@ -96,7 +96,8 @@ def test_a_cell_with_any_failed_operation_is_failed(tmp_path):
 
 
 def test_failure_tolerance_and_infrastructure_failures(tmp_path):
-    from harness import registry, worker
+    from harness.experiments import registry
+    from harness.running import worker
 
     assert registry.get("fastapi_locust").failure_tolerance == 0.01
     ctx = _context(tmp_path, tolerance=0.01)
@@ -109,7 +110,7 @@ def test_failure_tolerance_and_infrastructure_failures(tmp_path):
 
 
 def test_a_crashed_repeat_fails_every_cell_and_failures_table_fails_its_variant(tmp_path):
-    from harness import worker
+    from harness.running import worker
 
     ctx = _context(tmp_path)
     ctx.record("samples", [{"variant": "a", "ok": True}])
@@ -190,7 +191,7 @@ def test_a_run_that_cannot_be_written_is_never_published(tmp_path):
 
 
 def test_schedule_is_round_robin():
-    from harness import study
+    from harness.running import study
 
     planned = [study.Planned(registry_exp, None, n) for registry_exp, n in
                ((_exp("mongo_pool"), 3), (_exp("pg_models"), 1), (_exp("mongo_client"), 2))]
@@ -200,13 +201,14 @@ def test_schedule_is_round_robin():
 
 
 def _exp(name):
-    from harness import registry
+    from harness.experiments import registry
 
     return registry.get(name)
 
 
 def test_repeats_follow_the_profile_unless_overridden():
-    from harness import registry, study
+    from harness.experiments import registry
+    from harness.running import study
 
     for p in study.plan(list(registry.all_experiments()), "full"):
         assert p.repeats >= 3, p.experiment.name

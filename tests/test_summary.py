@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from harness import cli, summary
+from harness import __main__ as cli
 from harness.core import calibration, stats, store
+from harness.judging import summary
 from harness.reading import compare, readout
 
 METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", "ci_low", "ci_high", "ci_level",
@@ -76,7 +77,7 @@ def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):
 
 
 def test_claim_rows_carry_every_key_the_findings_read(tmp_path):
-    from harness import claims
+    from harness.judging import claims
 
     run = _run_dir(tmp_path, "r", {})
     ev = claims.evaluate(run, frame=pd.DataFrame(columns=["experiment", "variant", "metric", "unit", "repeat",

@@ -8,9 +8,10 @@ import json
 import pandas as pd
 import pytest
 
-from harness import claims, registry, summary
 from harness.core import store
+from harness.experiments import registry
 from harness.experiments.base import Experiment, Metric
+from harness.judging import claims, summary
 from harness.reading import compare, readout
 
 

@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from harness import claims, findings
 from harness.core import verdicts
 from harness.experiments.verify import analysis as verify
+from harness.judging import claims, findings
 from harness.reading import compare, history
 
 EMITTED = {

@@ -20,11 +20,11 @@ from types import SimpleNamespace
 import pytest
 from conftest import harness
 
-from harness import registry
-from harness import verify as verify_mod
 from harness.core import config, datasets, store, workload_file
 from harness.core.errors import HarnessError
+from harness.experiments import registry
 from harness.experiments.verify import analysis as verify
+from harness.running import verify as verify_mod
 
 REPO_ROOT = config.REPO_ROOT
 PG_EXAMPLE = REPO_ROOT / "examples" / "workloads" / "postgres_accounts.toml"

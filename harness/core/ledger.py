@@ -277,7 +277,7 @@ def band(seed: float | None, reference: float, direction: str) -> tuple[float, f
 def beyond_band(interval: tuple[float, float], low: float, high: float) -> str | None:
     """Where an interval (ratio scale) lies against a band [low, high]: "below" or "above" when
     wholly outside it (the direction may hold, the size is not the seed's), None when it overlaps
-    the band. The one band rule of a run's verdict (harness.claims), a pooled verdict
+    the band. The one band rule of a run's verdict (harness.judging.claims), a pooled verdict
     (harness.core.pooling) and the band word a run reads (harness.core.power)."""
     lo, hi = interval
     return "below" if hi < low else "above" if lo > high else None

@@ -37,7 +37,7 @@ and `notes` says so).
 Everything is computed on the log scale and kept (`log_*`); the ratio scale (exp) is for display.
 
 What a run contributes (`lesson_inputs`). A judged row's interval is the Student t-interval on the
-log of the per-repeat values of a / b (harness.claims, harness.core.stats.log_ratio_summary / tost):
+log of the per-repeat values of a / b (harness.judging.claims, harness.core.stats.log_ratio_summary / tost):
     [log ci_low, log ci_high] = m -/+ t_{n-1, (1+L)/2} se,   m = log(estimate)
 so the standard error of the run's log estimate is, exactly,
     se = (log ci_high - log ci_low) / (2 t_{n-1, (1+L)/2})
@@ -82,7 +82,7 @@ a boot could replace its older runs wholesale and move a pooled verdict.) With o
 shown as that run.
 
 A verdict across runs (`pooled_verdict`), from three runs (`MIN_FOR_VERDICT`, three boots) on: the
-single run's band rule (harness.claims) applied to the pooled 90% interval: the interval wholly on
+single run's band rule (harness.judging.claims) applied to the pooled 90% interval: the interval wholly on
 the side opposite to the seed's -> not reproduced; wholly on the seed's side -> reproduced if it
 overlaps the band, size not reproduced if it lies outside it, direction, no seed figure if the row
 has no seed number; else inconclusive; equivalence rows: inside the margin -> equivalent, wholly
@@ -134,7 +134,7 @@ from .verdicts import (
     verdict_class,
 )
 
-LEVEL = 0.90                 # every judged row's level (harness.claims.JUDGED_LEVEL)
+LEVEL = 0.90                 # every judged row's level (harness.judging.claims.JUDGED_LEVEL)
 V1_LEVEL = 0.95              # the interval a version-1 summary stored (harness.core.store.upgrade_summary)
 METHODS = {"pm": "Paule-Mandel", "dl": "DerSimonian-Laird"}
 MATCHES = ("version", "rules", "profile")
@@ -490,7 +490,7 @@ def each_run(verdicts: Mapping[str, str]) -> str:
 
 
 def pooled_verdict(row: Mapping[str, Any], log_ci: tuple[float, float]) -> str:
-    """The single run's band rule (harness.claims) applied to a pooled interval on the log scale
+    """The single run's band rule (harness.judging.claims) applied to a pooled interval on the log scale
     (the module docstring). `row` needs comparison, direction, reference, band_low, band_high, margin."""
     comparison = row.get("comparison")
     if comparison == "absolute":

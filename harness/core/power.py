@@ -2,7 +2,7 @@
 row needs, from the spread the committed runs already show.
 
 A judged row's verdict rests on the 90% t-interval of the mean of its per-repeat log values
-(harness.claims): half-width h(n) = t_{n-1, 0.95} sd / sqrt(n), sd the standard deviation of the
+(harness.judging.claims): half-width h(n) = t_{n-1, 0.95} sd / sqrt(n), sd the standard deviation of the
 per-repeat log values. Its verdict changes where the interval crosses an edge: the reference (the
 null, or a stated threshold), a band edge (`ledger.band`), or an equivalence margin. So the row can
 be decided when the interval is narrow beside the distance from the expected estimate to the
@@ -11,7 +11,7 @@ when h(n) <= half that distance, d / 2; `repeats_for` gives the smallest such n.
 
 At which level (`decision_level`). A lesson is decided when its primary row's null test (the
 reference of a ratio row, the margin of an equivalence row) survives Holm's adjustment over the
-primary family's one-sided tests (harness.claims.adjust): whatever the other rows' p-values, a row
+primary family's one-sided tests (harness.judging.claims.adjust): whatever the other rows' p-values, a row
 whose one-sided p is below alpha / m (m tests) survives it, and that is the two-sided interval at
 1 - 2 alpha / m clearing the edge. The plan holds the null edge to that level (held to the
 unadjusted 90%, a lesson planned "3 planned >= 3 needed" can still read `inconclusive` at Holm's
@@ -60,7 +60,7 @@ from .pooling import NotPoolable, RowInput, RunRecord, interval_from, row_input
 from .stats import ALPHA
 from .verdicts import PREMISE_NOT_MET, REPRODUCED, SIZE_NOT_REPRODUCED
 
-LEVEL = 0.90        # every judged row's two-sided level (harness.claims.JUDGED_LEVEL)
+LEVEL = 0.90        # every judged row's two-sided level (harness.judging.claims.JUDGED_LEVEL)
 N_MAX = 200         # the search for n stops here: beyond it, no budget of this study buys the row
 STEADY_SHARE = 0.9  # below this predicted share of runs reading one band word, the note says runs may read either
 

@@ -2,7 +2,7 @@
 seed 002's decision rule (its "5. Decide"), and, since seed 000 has no Verify line, the two
 sentences of seed 000 that its lessons rest on. Each is the seed's text exactly, "..." only where
 words are left out. Typed once, here; the findings table
-(`harness.findings.LESSONS`) and verify's checks (`harness.experiments.verify.analysis.LINES`)
+(`harness.judging.findings.LESSONS`) and verify's checks (`harness.experiments.verify.analysis.LINES`)
 quote them by key.
 """
 

@@ -2,7 +2,7 @@
 imports it from here.
 
 Five vocabularies, each decided by the module named (whose docstring gives its rule):
-- the claims ledger's (`harness.claims`): `VERDICTS`, plus the statuses of rows that are not
+- the claims ledger's (`harness.judging.claims`): `VERDICTS`, plus the statuses of rows that are not
   judged (`SETUP_SAME`, `SETUP_DIFFERS`, `CONTEXT`);
 - verify's checks on a user's workload (`harness.experiments.verify.analysis`): `CHECKS`, pass / fail /
   inconclusive;
@@ -32,7 +32,7 @@ So `size not reproduced` -> `not reproduced` is OPPOSED: both are decisive, on o
 
 from __future__ import annotations
 
-# -- the claims ledger's verdicts (harness.claims) -------------------------------------------------
+# -- the claims ledger's verdicts (harness.judging.claims) -------------------------------------------------
 NOT_COMPARABLE = "not comparable"
 PREMISE_NOT_MET = "premise not met"
 EQUIVALENT = "equivalent"

@@ -32,7 +32,7 @@ instance as the module-level name `EXPERIMENT`; the registry discovers it (no li
             for _, r in cursor_summary(run).iterrows():   # from its tables, ok cells only
                 rows.put(r.variant, "max_stall_ms", r["repeat"], r.stall_max_ms)   # checked against `metrics`
 
-`run()` executes in a fresh worker process (see `harness.worker`), once per repeat. It measures and
+`run()` executes in a fresh worker process (see `harness.running.worker`), once per repeat. It measures and
 records raw data only: no summaries, no printing (statistics live in `harness.core.stats`).
 
 Conventions for recorded tables (Parquet, one file per table per repeat):

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import findings
 from ..core import num, pooling, store, verdicts
 from ..core.errors import HarnessError
 from ..core.store import Run
 from ..experiments.analysis import metric_name
+from ..judging import findings
 from . import readout
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from .. import claims, findings, registry
 from ..core import ledger, num, pooling, power
 from ..core.config import REPO_ROOT
+from ..experiments import registry
+from ..judging import claims, findings
 
 POWER_DOC = REPO_ROOT / "docs" / "POWER.md"
 ALL_PROCESSORS = findings.ALL_PROCESSORS
@@ -43,7 +44,7 @@ def same_definition(run: pooling.RunRecord, row: Mapping[str, Any]) -> bool:
 
 
 def primary_tests(rows: pd.DataFrame) -> int:
-    """The one-sided tests Holm's adjustment runs over (harness.claims.adjust): two per judged
+    """The one-sided tests Holm's adjustment runs over (harness.judging.claims.adjust): two per judged
     primary row (its seed's side and the opposite one)."""
     return 2 * int((ledger.is_primary(rows) & rows["comparison"].isin(["ratio", "equivalence"])).sum())
 

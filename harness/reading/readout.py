@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from .. import registry
 from ..core import calibration, num, stats, store
 from ..core.checked import commit, interpreter, packages, placement  # noqa: F401 -- shared with compare
 from ..core.store import Manifest, Run
-from ..summary import THROUGHPUT_UNITS
+from ..experiments import registry
+from ..judging.summary import THROUGHPUT_UNITS
 
 
 def summary_of(run: Run) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def summary_of(run: Run) -> dict[str, Any]:
     run with raw data and no summary.json, computed now. A one-line HarnessError otherwise."""
     if store.summary_path(run).exists() or not run.has_raw_data():
         return store.load_summary(run)
-    from .. import summary
+    from ..judging import summary
 
     return store.upgrade_summary(summary.build(run), f"{run.path} (computed from its raw data)")
 

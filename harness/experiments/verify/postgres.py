@@ -13,7 +13,7 @@ Before the variants, each `{ column = "table.column" }` generator becomes a list
 values read from the target (a seeded TABLESAMPLE; a read, outside every window), and `preflight`
 runs each statement once through each driver the models use, in a read-only transaction rolled
 back: a statement the server refuses stops the repeat in one line naming it. `harness verify`
-runs the same pre-flight before the first repeat (`harness.verify.prepare`), so no repeat starts
+runs the same pre-flight before the first repeat (`harness.running.verify.prepare`), so no repeat starts
 on a workload that cannot run; here it guards `harness run verify_postgres` and a local target,
 whose server exists only once the run has started it.
 

@@ -18,7 +18,7 @@ Keys (contract C3):
   judged row, 0.95 for a row shown and not judged), `n_used, n_ran, reason, p_value` (one-sided, of
   the verdict's side), `p_adjusted` (Holm), `detectable, band_low, band_high, margin, reference,
   direction, premise, bottleneck_measured, machine_dependent` (with `ceiling`, the run's matching
-  in-run ceiling, beside a machine-dependent row), `server, interpreter, missing` (harness.claims).
+  in-run ceiling, beside a machine-dependent row), `server, interpreter, missing` (harness.judging.claims).
 - `multiple_comparisons`: `method` ("holm"), `alpha`, `tested` (judged rows with a test),
   `hypotheses` (their one-sided tests), `undone` (claim ids whose decisive verdict Holm's
   adjustment undid) and `guarantee`, one sentence saying what the correction guarantees.
@@ -38,10 +38,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..core import calibration, stats, store
+from ..core.store import Run, write_json_atomic
+from ..experiments.analysis import metric_name
 from . import claims
-from .core import calibration, stats, store
-from .core.store import Run, write_json_atomic
-from .experiments.analysis import metric_name
 
 SUMMARY_VERSION = store.SUMMARY_VERSION   # one number, the store's (it upgrades every older one)
 THROUGHPUT_UNITS = ("req/s", "queries/s", "transactions/s")
@@ -62,7 +62,7 @@ def _clean(x: Any) -> Any:
 
 def headline_metrics() -> set[tuple[str, str]]:
     """(experiment, metric) of every figure an experiment declares as a headline (Experiment.headline)."""
-    from . import registry
+    from ..experiments import registry
 
     try:
         exps = registry.all_experiments()
@@ -73,7 +73,7 @@ def headline_metrics() -> set[tuple[str, str]]:
 
 def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
     """summary.json's `metrics` rows from a C1 frame of per-repeat figures."""
-    from . import registry
+    from ..experiments import registry
 
     try:   # the ceiling each experiment declares (an unregistered one, or a registry that fails: none)
         declared = {name: e.ceiling for name, e in registry.all_experiments().items()}

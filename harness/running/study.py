@@ -23,14 +23,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import registry
-from .core import config, environment, processes, servers, store
-from .core.config import PROFILES
-from .core.errors import HarnessError
-from .core.measure import error_text
-from .core.servers import ServerStack
-from .core.store import RunWriter, experiment_status, new_run_id, write_json_atomic
-from .experiments.base import Experiment, Params
+from ..core import config, environment, processes, servers, store
+from ..core.config import PROFILES
+from ..core.errors import HarnessError
+from ..core.measure import error_text
+from ..core.servers import ServerStack
+from ..core.store import RunWriter, experiment_status, new_run_id, write_json_atomic
+from ..experiments import registry
+from ..experiments.base import Experiment, Params
 from .worker import RepeatSpec, failed_cells
 
 Emit = Callable[[str, dict], None]
@@ -121,7 +121,7 @@ def run_repeat(p: Planned, stack: ServerStack, out_dir: Path, repeat: int, *,
                       params=p.params.to_dict(), servers=stack.to_json(),
                       out_dir=str(out_dir), repeat=repeat, known_variants=list(known_variants or []))
     result_path = out_dir / "result.json"
-    child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.worker", spec,
+    child = processes.run_child(f"worker:{p.experiment.name}:r{repeat}", "harness.running.worker", spec,
                                 result_path=result_path, log_path=out_dir / "worker.log",
                                 timeout_s=p.params.timeout_s,
                                 python=python,  # --python: the worker (and its clients) on that venv's python
@@ -178,7 +178,7 @@ def reset_server_state(stack: ServerStack) -> dict[str, Any]:
 @contextmanager
 def _route(p: Planned, stack: ServerStack) -> Iterator[tuple[ServerStack, dict | None]]:
     """The experiment's network path (`harness.core.network.route`, contract C4), or the stack as it is."""
-    from .core import network
+    from ..core import network
 
     with network.route(stack, p.experiment.needs, via_proxy=getattr(p.params, "via_proxy", False),
                        rtt_ms=getattr(p.params, "rtt_ms", 0.0),
@@ -193,7 +193,7 @@ def _calibrate(stack: ServerStack, profile: str, pgbench: bool, normalised: bool
     context, one repeat (3 s less before and after each verify)."""
     t0 = time.perf_counter()
     try:
-        from .core import calibration
+        from ..core import calibration
 
         if profile == "smoke":
             out = dict(calibration.measure(stack, repeats=1, cpu_seconds=0.25, pgbench_warmup=False,
@@ -218,8 +218,8 @@ def run(names: list[str], profile: str = "quick", repeat: int | None = None,
     venv (`harness.core.interpreters`); `placement`: shared | split (`harness.core.placement`);
     `read_only_servers`: the servers may be a user's (harness verify), so the run does nothing to
     them beyond its experiments' own reads (no pgbench ceiling: its table is a write)."""
-    from .core import interpreters
-    from .core import placement as placement_mod
+    from ..core import interpreters
+    from ..core import placement as placement_mod
 
     processes.install_signal_handlers()
     planned = plan(names, profile, overrides, repeat)
@@ -400,12 +400,12 @@ def _reset(writer: RunWriter, stack: ServerStack, when: str) -> None:
 
 
 def _summarise(writer: RunWriter) -> None:
-    """`harness.summary.write(run_path)` (contract C3), if present; a failure is recorded, not fatal."""
+    """`harness.judging.summary.write(run_path)` (contract C3), if present; a failure is recorded, not fatal."""
     for entry in writer.manifest["timing"].values():
         entry["wall_s"], entry["measured_s"] = round(entry["wall_s"], 2), round(entry["measured_s"], 3)
     writer.save()  # the summary reads the manifest from disk
     try:
-        from . import summary
+        from ..judging import summary
 
         summary.write(writer.path)
         writer.manifest["summary"] = {"path": "summary.json"}
@@ -453,8 +453,9 @@ def promote(run_ref: str, data_dir: Path | None = None, force: bool = False) -> 
         raise HarnessError(f"run {new.id} measured the same experiment versions as the reference "
                            f"{current[0]['run_id']}: not promoted (`harness keep {new.id}` adds it to the "
                            "pool); --force promotes it anyway")
-    from . import report, summary
-    from .core import figures
+    from ..core import figures
+    from ..judging import summary
+    from ..writing import report
 
     for d in current:
         if not d["has_summary"]:
@@ -472,7 +473,7 @@ def keep(run_ref: str, data_dir: Path | None = None, force: bool = False) -> lis
     """Commit run `run_ref` to history (`store.keep`), saying what it adds to the pool
     (`pooling.what_it_adds`); refused when it adds only another run of a boot already pooled
     `pooling.POOLED_ENOUGH` times, unless `force`."""
-    from .core import pooling
+    from ..core import pooling
 
     run_ = store.open_run(run_ref, data_dir)
     adds = pooling.what_it_adds(run_.manifest, store.committed_manifests(data_dir))

@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import servers, store, workload_file
+from ..core.errors import HarnessError
 from . import study
-from .core import servers, store, workload_file
-from .core.errors import HarnessError
 
 ROLE_VARIABLE = {"postgres": "STUDY_POSTGRES_DSN", "mongodb": "STUDY_MONGODB_URI"}
 # [load] keys that are the verify experiments' parameters, per family (the rest are judgement
@@ -102,7 +102,7 @@ def preflight(w: workload_file.Workload, planned: Any) -> None:
     nothing to try): the role's rights, what the statements reach, the pre-flight, the row counters."""
     if w.target == "local" or w.postgres is None:
         return
-    from .experiments.verify import postgres as verify_postgres
+    from ..experiments.verify import postgres as verify_postgres
 
     params = {name: g.model_dump() for name, g in w.postgres.params.items()}
     gens = verify_postgres.generators(w.target, params, w.seed)
@@ -139,7 +139,7 @@ def execute(w: workload_file.Workload, overrides: dict[str, Any], *, data_dir: P
 
 def verdict_lines(run_: store.Run) -> list[str]:
     """One line per check: verdict, check, subject, figure [interval], advice."""
-    from .experiments.verify import analysis
+    from ..experiments.verify import analysis
 
     out = []
     for _, c in analysis.checks(run_).iterrows():

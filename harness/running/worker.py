@@ -1,4 +1,4 @@
-"""Runs one repeat of one experiment in a fresh process: `python -m harness.worker SPEC RESULT`.
+"""Runs one repeat of one experiment in a fresh process: `python -m harness.running.worker SPEC RESULT`.
 
 A fresh interpreter per repeat means one experiment's threads, event loop, pools or GC state cannot
 disturb another's figures, and a crash or hang is contained (the parent enforces the time-out
@@ -18,13 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from . import registry
-from .core import interpreters
-from .core.measure import error_text
-from .core.processes import child_main
-from .core.servers import ServerStack
-from .core.store import experiment_status
-from .experiments.base import Context, Experiment, Params, ServersDown
+from ..core import interpreters
+from ..core.measure import error_text
+from ..core.processes import child_main
+from ..core.servers import ServerStack
+from ..core.store import experiment_status
+from ..experiments import registry
+from ..experiments.base import Context, Experiment, Params, ServersDown
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The answer to an engineer, lesson by lesson: what to do, this study's figure beside the seed's,
 and how sure the study is across machines. One row per seed lesson (`findings.LESSONS`), read by
-the README's generated table (`harness.generated`) and the report's first table (`harness.report`).
+the README's generated table (`harness.writing.generated`) and the report's first table (`harness.writing.report`).
 
 Across machines, in plain words (`across_text`): the pooled word of a lesson's primary row over the
 committed runs of the reference's experiment versions (`findings.committed_pooled`), with how many
@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core import num, pooling
+from ..core.verdicts import DECISIVE, TOO_FEW_BOOTS, verdict_class
 from . import findings
-from .core import num, pooling
-from .core.verdicts import DECISIVE, TOO_FEW_BOOTS, verdict_class
 
 LEGEND = (
     "Words: **reproduced** the seed's figure holds here (its direction, and a size inside a band around "

@@ -42,12 +42,12 @@ from typing import Any
 
 import nbformat
 
-from . import registry
-from .core import config, figures
-from .core.config import REPO_ROOT
-from .core.errors import HarnessError
-from .core.measure import error_text
-from .core.store import Run
+from ..core import config, figures
+from ..core.config import REPO_ROOT
+from ..core.errors import HarnessError
+from ..core.measure import error_text
+from ..core.store import Run
+from ..experiments import registry
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 FIGURES_DIR = config.CITABLE_FIGURES          # the reference run's figures, committed
@@ -254,8 +254,8 @@ def _preface(run: Run, executed: list[tuple[Path, Path, Failure | None]]) -> nbf
 
 def _lesson_inputs(run: Run) -> tuple[dict[str, Any], dict, dict]:
     """This run's summary, and the lessons pooled over the committed runs with this one."""
-    from . import answer, summary
-    from .core import pooling, store
+    from ..core import pooling, store
+    from ..judging import answer, summary
 
     summ = store.upgrade_summary(summary.load(run), str(run.path))
     runs = pooling.committed_runs()
@@ -276,8 +276,8 @@ def _markdown_inline(text: str) -> str:
 
 def lessons_html(run: Run) -> str:
     """The answer table (one row per lesson) and, below it, each lesson's detail in a <details>."""
-    from . import answer
-    from .core.verdicts import colour
+    from ..core.verdicts import colour
+    from ..judging import answer
 
     summ, pooled, kinds = _lesson_inputs(run)
     rows = answer.rows(summ, pooled, kinds)
@@ -305,7 +305,7 @@ def lessons_html(run: Run) -> str:
 def _lesson_details(lesson: Any, summ: dict[str, Any], by_id: Mapping[str, Any]) -> str:
     """One lesson's ledger rows in this run, each with its verdict and figure (the interval at the
     verdict's level beside the 90% one), in a collapsible section."""
-    from . import findings
+    from ..judging import findings
 
     items = []
     for claim_id in lesson.claims:

@@ -34,10 +34,11 @@ from typing import Any
 
 import pandas as pd
 
-from . import claims, registry
-from .core import figures, stats
-from .core.errors import HarnessError
-from .core.store import Run
+from ..core import figures, stats
+from ..core.errors import HarnessError
+from ..core.store import Run
+from ..experiments import registry
+from ..judging import claims
 
 SUMMARY_COLUMNS = ("n", "median", "ci_low", "ci_high", "cv", "unstable", "stability")
 TABLE_MIME = "application/vnd.harness.table+json"

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import experiments as _pkg
-from .core.errors import HarnessError
-from .experiments.base import Experiment
+from .. import experiments as _pkg
+from ..core.errors import HarnessError
+from .base import Experiment
 
 
 @lru_cache(maxsize=1)

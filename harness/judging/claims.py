@@ -72,9 +72,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core import calibration, num, stats
-from .core.errors import HarnessError
-from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
+from ..core import calibration, num, stats
+from ..core.errors import HarnessError
+from ..core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are part of this module's API
     COLUMNS,
     COMPARISONS,
     DIRECTIONS,
@@ -95,9 +95,9 @@ from .core.ledger import (  # noqa: F401 -- re-exported: the ledger's names are 
     parse_premise,
     refs,
 )
-from .core.store import Run
-from .core.verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the notebooks' badges and bars
-from .core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
+from ..core.store import Run
+from ..core.verdicts import COLOURS as VERDICT_COLOURS  # noqa: F401 -- for the notebooks' badges and bars
+from ..core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are part of this module's API
     CONTEXT,
     DECISIVE,
     DIRECTION_NO_FIGURE,
@@ -116,7 +116,7 @@ from .core.verdicts import (  # noqa: F401 -- re-exported: the verdict words are
     STATUSES,
     VERDICTS,
 )
-from .core.verdicts import colour as verdict_colour
+from ..core.verdicts import colour as verdict_colour
 
 ALPHA = stats.ALPHA
 JUDGED_LEVEL = 1 - 2 * ALPHA     # every judged row: one-sided ALPHA on each side, the 90% interval
@@ -128,8 +128,8 @@ SHOWN_LEVEL = stats.CONFIDENCE   # absolute rows, shown and not judged: the 95% 
 def experiment_metrics(run: Run, name: str) -> pd.DataFrame:
     """Experiment `name`'s per-repeat figures of `run` (contract C1), as it declares and computes
     them (`Experiment.metrics`, `compute_metrics`); empty when the run holds no repeat of it."""
-    from . import registry
-    from .experiments.analysis import MetricRows
+    from ..experiments import registry
+    from ..experiments.analysis import MetricRows
 
     exp = registry.get(name)
     rows = MetricRows(name, exp.metrics)
@@ -150,7 +150,7 @@ def run_metrics(run: Run) -> pd.DataFrame:
 
 def named(run: Run) -> dict[str, float]:
     """{dotted name: median over repeats} of run_metrics(run): for notebooks that print figures."""
-    from .experiments.analysis import named_medians
+    from ..experiments.analysis import named_medians
 
     return named_medians(run_metrics(run))
 
@@ -158,14 +158,14 @@ def named(run: Run) -> dict[str, float]:
 def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
     """Every registered experiment's per-repeat figures (contract C1) in one frame, and the errors of
     experiments that could not compute theirs (their claims stay unmeasured; the rest go on)."""
-    from . import registry
-    from .experiments.analysis import METRIC_COLUMNS
+    from ..experiments import registry
+    from ..experiments.analysis import METRIC_COLUMNS
 
     frames, errors = [], {}
     try:
         names = list(registry.all_experiments())
     except Exception as e:  # an experiment module that does not import
-        return pd.DataFrame(columns=list(METRIC_COLUMNS)), {"harness.registry": f"{type(e).__name__}: {e}"}
+        return pd.DataFrame(columns=list(METRIC_COLUMNS)), {"harness.experiments.registry": f"{type(e).__name__}: {e}"}
     for name in names:
         try:  # one experiment at a time: one that fails leaves only its own claims unmeasured
             frames.append(experiment_metrics(run, name))
@@ -178,7 +178,7 @@ def collect_frame(run: Run) -> tuple[pd.DataFrame, dict[str, str]]:
 
 def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
     """{dotted name: {repeat: value}} from a C1 frame."""
-    from .experiments.analysis import metric_name
+    from ..experiments.analysis import metric_name
 
     out: dict[str, dict[int, float]] = {}
     for row in frame.itertuples(index=False):
@@ -188,7 +188,7 @@ def by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, float]]:
 
 def bottlenecks_by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
     """{dotted name: {repeat: bottleneck}} from a C1 frame, for the figures that name one."""
-    from .experiments.analysis import metric_name
+    from ..experiments.analysis import metric_name
 
     out: dict[str, dict[int, str]] = {}
     if "bottleneck" not in frame.columns:
@@ -460,7 +460,7 @@ def _median(values: list[float]) -> float | None:
 
 def _ceiling(run: Run, names: tuple[str, ...]) -> str:
     """The run's in-run ceiling matching the experiment a row reads, as a text (for machine-dependent rows)."""
-    from . import registry  # the experiments' declared ceilings
+    from ..experiments import registry  # the experiments' declared ceilings
 
     for name in names:
         exp = name.split(":", 1)[-1].split(".", 1)[0]

@@ -6,13 +6,13 @@ seed's own words (the Verify lines from `harness.core.seed_lines`, which verify'
 seed's figure, the claims ledger rows the lesson rests on (the first is the one whose figure and
 verdict stand for the lesson; the others are counted beside it), a short name, one instruction per
 verdict class (holds / fails / open, `harness.core.verdicts`) for the answer's table
-(`harness.answer`), and one sentence per class on what the outcome means. Each text is written for
+(`harness.judging.answer`), and one sentence per class on what the outcome means. Each text is written for
 its class, so it stays true whatever figures a run gives within that class.
 
 `lesson_rows` reads one run's summary (through `store.upgrade_summary`, so a version-1 summary reads
 as a version-2 one would); `committed_pooled` and `committed_by_processor` pool each lesson over the
 committed runs (`harness.core.pooling`). The README's and RESULTS' tables are generated from them
-(`harness.generated`, `harness docs`), never typed.
+(`harness.writing.generated`, `harness docs`), never typed.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import ledger, num, pooling, store
-from .core.config import REPO_ROOT
-from .core.errors import HarnessError
-from .core.seed_lines import LINES
-from .core.verdicts import (  # noqa: F401 -- verdict_class re-exported
+from ..core import ledger, num, pooling, store
+from ..core.config import REPO_ROOT
+from ..core.errors import HarnessError
+from ..core.seed_lines import LINES
+from ..core.verdicts import (  # noqa: F401 -- verdict_class re-exported
     NOT_MEASURED,
     ORDER,
     PREMISE_NOT_MET,
@@ -37,7 +37,7 @@ from .core.verdicts import (  # noqa: F401 -- verdict_class re-exported
     TOO_FEW_BOOTS,
     verdict_class,
 )
-from .experiments.analysis import metric_name
+from ..experiments.analysis import metric_name
 
 DO_MAX = 110   # characters of a lesson's instruction: its answer-table cell stays under 160
 # what a lesson whose direction holds but whose size departs says before its advice

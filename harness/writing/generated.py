@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import answer, findings
-from .core import num, pooling, store
-from .core.config import REPO_ROOT
-from .core.errors import HarnessError
-from .core.verdicts import NOT_MEASURED
-from .core.workload_file import CAPS, Load
+from ..core import num, pooling, store
+from ..core.config import REPO_ROOT
+from ..core.errors import HarnessError
+from ..core.verdicts import NOT_MEASURED
+from ..core.workload_file import CAPS, Load
+from ..judging import answer, findings
 
 CELL_MAX = 160   # characters of a table cell on the answer page
 
