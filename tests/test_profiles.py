@@ -26,6 +26,11 @@ from harness.core.errors import HarnessError
     (["Handle._run (asyncio/events.py:80)", "worker (app.py:4)", "PyObject_Malloc (libpython3.11.so.1.0)"],
      profiles.OTHER),
     (["gc_collect_main (libpython3.11.so.1.0)"], profiles.OTHER),
+    # a pool's waiting thread: the lock's native frames decide, the unnamed address below them does not
+    (["getconn (psycopg_pool/pool.py:190)", "wait (threading.py:320)",
+      "lock_PyThread_acquire_lock (libpython3.11.so.1.0)", "PyThread_acquire_lock_timed (libpython3.11.so.1.0)",
+      "0x7f2c3caa3f16 (libc.so.6)"], profiles.LOCKS),
+    (["get (queue.py:171)", "wait (threading.py:320)"], profiles.LOCKS),
 ])
 def test_a_sample_goes_to_its_leaf_most_frame_of_code(stack, category):
     assert profiles.category_of(stack) == category
@@ -69,6 +74,22 @@ KNOWN = {
         [t.start() for t in threads]
         [t.join() for t in threads]
         """, profiles.GIL, 0.2),
+    # two threads handing a value back and forth through queues: their time is in the queues' locks
+    "threads' locks": ("""
+        import queue, threading, time
+        there, back = queue.Queue(), queue.Queue()
+        def pong():
+            while (x := there.get()) is not None:
+                back.put(x)
+        t = threading.Thread(target=pong)
+        t.start()
+        stop = time.monotonic() + 1.5
+        while time.monotonic() < stop:
+            there.put(1)
+            back.get()
+        there.put(None)
+        t.join()
+        """, profiles.LOCKS, 0.6),
     "plain Python": ("""
         import time
         stop, s = time.monotonic() + 1.5, 0

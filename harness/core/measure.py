@@ -1,6 +1,8 @@
 """The measurement toolkit every experiment family stands on (ground floor: imports nothing above it).
 
-- `Window`: wall time, this process's CPU time and its run-queue wait of one measured window;
+- `Window`: wall time, this process's CPU time, its run-queue wait and its context switches of one
+  measured window, optionally with py-spy attached to this process for the window (`profile`);
+- `process_switches()`: a process's context switches, voluntary and involuntary, over its threads;
 - `thread_waits()`/`waited_s()`: how long a process's threads were runnable but waiting for a core
   (Linux schedstat): the CPU a client wanted and did not get on a shared machine;
 - `TreeCPU`: CPU seconds of a process tree: a root and its descendants, including descendants that
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import math
 import os
+import resource
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +31,8 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import psutil
+
+from . import profiles
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -66,24 +72,42 @@ def window_completed(row: Any) -> tuple[int, str]:
 
 
 class Window:
-    """A measured window: wall time, this process's CPU time and its threads' run-queue wait
-    (`cpu_wait_s`, see `thread_waits`) between `open()` and `close()`.
+    """A measured window: wall time, this process's CPU time, its threads' run-queue wait
+    (`cpu_wait_s`, see `thread_waits`) and its context switches between `open()` and `close()`.
+
+    Context switches come from getrusage(RUSAGE_SELF), which sums every thread of the process,
+    those that exited during the window included: `ctx_voluntary` counts a thread giving up its
+    core to wait (a socket read, a lock, a sleep), `ctx_involuntary` one preempted while it could
+    still run.
+
+    With `profile` (a file), py-spy samples this process for the window at `profile_rate` Hz with
+    native frames, as collapsed stacks (`core.profiles`); it is stopped after the window's
+    readings, so its shutdown is not in them, but its sampling is: a profiled window is never a
+    measured one.
 
     Used as a context manager by experiments; a monitor thread that must not block a saturated
     event loop calls `open()`/`close()` itself.
     """
 
-    def __init__(self, variant: str, fields: dict[str, Any] | None = None):
+    def __init__(self, variant: str, fields: dict[str, Any] | None = None, profile: Path | None = None,
+                 profile_rate: int = profiles.RATE_HZ):
         self.variant = variant
         self.fields = dict(fields or {})
         self.ops = 0           # set by the experiment: operations completed inside the window
         self.t0 = 0.0          # perf_counter() at open; samples' start_s are relative to it
         self.wall_s = self.cpu_s = self.cpu_user_s = self.cpu_system_s = self.cpu_wait_s = float("nan")
+        self.ctx_voluntary = self.ctx_involuntary = -1
+        self.profile, self.profile_rate = profile, profile_rate
+        self._spy: subprocess.Popen | None = None
+        self.profile_error: str | None = None   # why py-spy wrote no profile, when asked for one
 
     def open(self) -> Window:
+        if self.profile is not None:
+            self._spy = profiles.attach(os.getpid(), self.profile, self.profile_rate)
         self._wait0 = thread_waits()
         self._proc = psutil.Process()
         self._cpu0 = self._proc.cpu_times()
+        self._ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self._pt0 = time.process_time()
         self.t0 = time.perf_counter()
         return self
@@ -91,10 +115,16 @@ class Window:
     def close(self) -> None:
         self.wall_s = time.perf_counter() - self.t0
         self.cpu_s = time.process_time() - self._pt0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu1 = self._proc.cpu_times()
         self.cpu_user_s = cpu1.user - self._cpu0.user
         self.cpu_system_s = cpu1.system - self._cpu0.system
         self.cpu_wait_s = waited_s(self._wait0, thread_waits())
+        self.ctx_voluntary = ru1.ru_nvcsw - self._ru0.ru_nvcsw
+        self.ctx_involuntary = ru1.ru_nivcsw - self._ru0.ru_nivcsw
+        if self._spy is not None:
+            self.profile_error = profiles.detach(self._spy, self.profile)
+            self._spy = None
 
     @property
     def close_at(self) -> float:
@@ -110,7 +140,29 @@ class Window:
     def row(self) -> dict[str, Any]:
         return {"variant": self.variant, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
                 "cpu_user_s": self.cpu_user_s, "cpu_system_s": self.cpu_system_s,
-                "cpu_wait_s": self.cpu_wait_s, "ops": self.ops, **self.fields}
+                "cpu_wait_s": self.cpu_wait_s, "ctx_voluntary": self.ctx_voluntary,
+                "ctx_involuntary": self.ctx_involuntary, "ops": self.ops, **self.fields}
+
+
+def process_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches so far of every live thread of `pid`, from
+    /proc/<pid>/task/<tid>/status (psutil reads only the main thread's). A thread that exited is
+    lost; (0, 0) when the process is gone."""
+    vol = invol = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    vol += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    invol += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread exited between listing and reading
+    return vol, invol
 
 
 def thread_waits(pid: int | str = "self") -> dict[str, int]:
@@ -184,18 +236,32 @@ class TreeCPU:
         self.processes = n
         return total
 
+    def switches(self) -> tuple[int, int]:
+        """(voluntary, involuntary) context switches so far of the tree's live processes
+        (`process_switches`): unlike the CPU, a member that exited takes its count with it."""
+        if not self.available:
+            return -1, -1
+        try:
+            root = psutil.Process(self.pid)
+            pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.Error:
+            return -1, -1
+        counts = [process_switches(pid) for pid in pids]
+        return sum(v for v, _ in counts), sum(i for _, i in counts)
+
 
 class ProcessTimes:
-    """CPU times (user, system) and threads' run-queue wait of one process, read on demand. A
-    process that has exited keeps its last reading instead of raising (a monitor racing a tool's
-    exit, such as pgbench at the end of its -T): read it often enough that the last reading is
-    recent."""
+    """CPU times (user, system), threads' run-queue wait and context switches of one process, read
+    on demand. A process that has exited keeps its last reading instead of raising (a monitor racing
+    a tool's exit, such as pgbench at the end of its -T): read it often enough that the last reading
+    is recent."""
 
     def __init__(self, pid: int):
         self.pid = pid
         self._proc = psutil.Process(pid)
         self.user_s = self.system_s = 0.0
         self.waits: dict[str, int] = {}
+        self.switches = (0, 0)   # (voluntary, involuntary) context switches, `process_switches`
         self.exited = False
         self.read()
 
@@ -205,6 +271,8 @@ class ProcessTimes:
                 t = self._proc.cpu_times()
                 self.user_s, self.system_s = t.user, t.system
                 self.waits.update(thread_waits(self.pid))  # exited threads keep theirs
+                if any(got := process_switches(self.pid)):   # (0, 0): gone between two reads
+                    self.switches = got
             except psutil.NoSuchProcess:
                 self.exited = True
         return self

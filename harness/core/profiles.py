@@ -14,11 +14,17 @@ itself, not what it calls. The categories and their patterns are
 written here once, in the order they are tried on each frame: the interpreter lock before system
 calls (a thread waiting for the lock sleeps in a condition variable), the driver's C part before
 its Python code (asyncpg's protocol is compiled from files under `asyncpg/`).
+
+py-spy counts a thread in a sample whenever it is running or waiting for a core (runnable), not
+only while it runs: a share is of the threads' active time. On a saturated machine that includes
+their run-queue wait (`measure.thread_waits`), which the profiled pass reads beside each profile.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -28,6 +34,7 @@ from pathlib import Path
 from .errors import HarnessError
 
 GIL = "waiting for or handing off the GIL"
+LOCKS = "threads' locks and conditions"
 SYSCALLS = "system calls"
 BSON = "BSON"
 DRIVER_C = "the driver's C part or libpq"
@@ -39,6 +46,8 @@ OTHER = "other"
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (GIL, (r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_SaveThread|PyEval_AcquireThread|"
            r"pthread_cond_(timed)?wait|_PyMutex_LockTimed) \(",)),
+    (LOCKS, (r"^(lock_)?PyThread_acquire_lock", r"^PyThread_release_lock", r"\(threading\.py:", r"\(queue\.py:",
+             r"_queuemodule\.c")),
     (SYSCALLS, (r"^(__libc_|__GI___|__)?(epoll_wait|epoll_ctl|e?poll|select|recv|recvfrom|recvmsg|send|sendto|"
                 r"sendmsg|read|write|readv|writev|futex|syscall|connect|accept4?|getsockopt|setsockopt)"
                 r"(64)?(_nocancel)? \(",)),
@@ -52,6 +61,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _COMPILED = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in CATEGORIES)
 _CODE = re.compile(r"\([^()]*\.(py|pyx|pxd|c|cc|cpp|h):\d+\)$")   # a frame that names its source line
 NAMES = (*(name for name, _ in CATEGORIES), OTHER)
+# each category's short name, for metric names and table columns
+KEYS = {GIL: "gil", LOCKS: "locks", SYSCALLS: "syscalls", BSON: "bson", DRIVER_C: "driver_c", DRIVER_PY: "driver_py",
+        LOOP: "loop", HARNESS: "harness", OTHER: "other"}
+RATE_HZ = 100   # py-spy's default: its own cost stays a few percent of one core (measured per run)
 
 
 def read_collapsed(path: Path) -> list[tuple[tuple[str, ...], int]]:
@@ -91,6 +104,43 @@ def shares(stacks: Iterable[tuple[Sequence[str], int]]) -> dict[str, float]:
     return {name: (got[name] / total if total else 0.0) for name in NAMES}
 
 
+def frame_category(frame: str) -> str:
+    """The category a single frame's pattern names, or '' (for a flame graph's colours)."""
+    for name, patterns in _COMPILED:
+        if any(p.search(frame) for p in patterns):
+            return name
+    return ""
+
+
+def flame_nodes(stacks: Iterable[tuple[Sequence[str], int]], min_share: float = 0.005,
+                max_depth: int = 80) -> list[tuple[int, float, float, str]]:
+    """A flame graph's boxes: (depth, start, width, frame), start and width as shares of all samples,
+    callers below callees, siblings in name order; boxes narrower than `min_share` (and what they
+    call) are left out, as are frames deeper than `max_depth`."""
+    tree: dict = {}
+    total = 0
+    for stack, n in stacks:
+        total += n
+        node = tree
+        for frame in stack[:max_depth]:
+            entry = node.setdefault(frame, [0, {}])
+            entry[0] += n
+            node = entry[1]
+    out: list[tuple[int, float, float, str]] = []
+
+    def walk(node: dict, depth: int, start: float) -> None:
+        for frame in sorted(node):
+            n, children = node[frame]
+            width = n / total
+            if width >= min_share:
+                out.append((depth, start, width, frame))
+                walk(children, depth + 1, start)
+            start += width
+    if total:
+        walk(tree, 0, 0.0)
+    return out
+
+
 def py_spy() -> Path:
     """The py-spy of this interpreter's environment (the lock installs it)."""
     path = Path(sys.executable).with_name("py-spy")
@@ -109,6 +159,56 @@ def record_argv(out: Path, rate: int = 100, native: bool = True, pid: int | None
     argv += ["--native"] if native else ["--nonblocking"]   # native frames need the process paused
     argv += ["--duration", str(max(1, round(duration_s)))] if duration_s else []
     return argv + (["--pid", str(pid)] if pid is not None else ["--", *program])
+
+
+def attach(pid: int, out: Path, rate: int = RATE_HZ) -> subprocess.Popen:
+    """Start py-spy sampling `pid` (native frames on) into `out` until `detach`."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(record_argv(Path(out), rate, native=True, pid=pid), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def detach(spy: subprocess.Popen, out: Path | None, timeout_s: float = 60.0) -> str | None:
+    """Stop py-spy (an interrupt makes it write its profile) and wait for it: None when `out` was
+    written, else why not in one line."""
+    if spy.poll() is None:
+        spy.send_signal(signal.SIGINT)
+    try:
+        _, err = spy.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        _, err = spy.communicate()
+        return f"py-spy did not stop within {timeout_s:g} s"
+    if out is None or not Path(out).is_file():
+        tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.returncode}"]
+        return f"py-spy wrote no profile: {tail[0]}"
+    return None
+
+
+def speedscope(stacks: Sequence[tuple[Sequence[str], int]], name: str) -> dict:
+    """The stacks as a speedscope file (https://www.speedscope.app/file-format-schema.json): one
+    sampled profile, one sample per distinct stack weighted by its count."""
+    frames: dict[str, int] = {}
+    samples = [[frames.setdefault(f, len(frames)) for f in stack] for stack, _ in stacks]
+    weights = [n for _, n in stacks]
+    return {"$schema": "https://www.speedscope.app/file-format-schema.json",
+            "shared": {"frames": [{"name": f} for f in frames]},
+            "profiles": [{"type": "sampled", "name": name, "unit": "none", "startValue": 0,
+                          "endValue": sum(weights), "samples": samples, "weights": weights}],
+            "name": name, "exporter": "harness.core.profiles"}
+
+
+def write_speedscope(stacks: Sequence[tuple[Sequence[str], int]], name: str, out: Path) -> Path:
+    Path(out).write_text(json.dumps(speedscope(stacks, name), separators=(",", ":")))
+    return Path(out)
+
+
+def read_speedscope(path: Path) -> list[tuple[tuple[str, ...], int]]:
+    """The stacks of a speedscope file `write_speedscope` wrote (its first profile)."""
+    doc = json.loads(Path(path).read_text())
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    profile = doc["profiles"][0]
+    return [(tuple(names[i] for i in sample), int(w)) for sample, w in zip(profile["samples"], profile["weights"])]
 
 
 def profile_program(program: Sequence[str], out: Path, rate: int = 100, native: bool = True,

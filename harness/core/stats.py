@@ -166,6 +166,16 @@ def cpu_per_op_us(cpu_s: float, ops: int) -> float:
     return cpu_s / ops * 1e6 if ops else float("nan")
 
 
+def switches_per_op(switches: Any, ops: int) -> float:
+    """Context switches per operation: NaN when nothing completed or the count was not read (a
+    missing value, or the -1 a window stores when it could not read one)."""
+    try:
+        n = float(switches)
+    except (TypeError, ValueError):
+        return float("nan")
+    return n / ops if ops and n >= 0 else float("nan")
+
+
 def completion_counts(task_ids: Sequence[int] | np.ndarray, n_tasks: int) -> np.ndarray:
     """Operations completed by each of tasks 0..n_tasks-1, including tasks that completed none."""
     ids = np.asarray(task_ids, dtype=np.int64)

@@ -40,8 +40,9 @@ Conventions for recorded tables (Parquet, one file per table per repeat):
   `start_s` (float, seconds since the variant's measured window opened), `latency_s` (float),
   `ok` (bool), plus whatever else the experiment needs.
 - `windows`: one row per measured window, written by `ctx.window()`: variant, wall_s, cpu_s,
-  cpu_user_s, cpu_system_s, cpu_wait_s (its threads' run-queue wait: `measure.thread_waits`), ops, and
-  the window's own fields (pool size, concurrency, ...).
+  cpu_user_s, cpu_system_s, cpu_wait_s (its threads' run-queue wait: `measure.thread_waits`),
+  ctx_voluntary, ctx_involuntary (the process's context switches in the window), ops, and the window's
+  own fields (pool size, concurrency, ...).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ OTHER_COLUMNS = "*"   # a schema key: columns beyond the declared ones are allow
 def window_columns(**fields: str) -> dict[str, str]:
     """The schema of a `windows` table: what `Context.window()` always writes, plus `fields`."""
     return {"variant": "str", "wall_s": "float", "cpu_s": "float", "cpu_user_s": "float",
-            "cpu_system_s": "float", "cpu_wait_s": "float", "ops": "int", **fields}
+            "cpu_system_s": "float", "cpu_wait_s": "float", "ctx_voluntary": "int", "ctx_involuntary": "int",
+            "ops": "int", **fields}
 
 
 def _kind_ok(series: pd.Series, kind: str) -> bool:
@@ -261,6 +263,8 @@ class Experiment:
     writes: ClassVar[bool] = False
     # False: not part of `harness study` (a check of the tooling); `harness run <name>` still runs it
     in_study: ClassVar[bool] = True
+    # True: one pass after every other experiment's repeats, never repeated (`--repeat` included)
+    after_repeats: ClassVar[bool] = False
     # Declarations read by the worker, the study, the summary and the tests (contract C5):
     tables: ClassVar[dict[str, dict[str, str]]] = {}   # table -> column -> kind (KINDS); checked by record()
     headline: ClassVar[tuple[Metric, ...]] = ()          # the figures the summary and report lead with

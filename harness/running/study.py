@@ -48,7 +48,7 @@ def repeats_for(exp: Experiment, profile: str, repeat: int | None) -> int:
     if repeat is not None:
         if repeat < 1:
             raise HarnessError(f"--repeat must be at least 1, got {repeat}")
-        return repeat
+        return 1 if exp.after_repeats else repeat
     return max(1, int(exp.repeats.get(profile, 1)))
 
 
@@ -84,9 +84,12 @@ def plan(names: list[str], profile: str, overrides: dict[str, Any] | None = None
 
 
 def schedule(planned: list[Planned]) -> list[tuple[Planned, int]]:
-    """Round-robin: repeat 0 of every experiment, then repeat 1 of those that have one, ..."""
-    rounds = max((p.repeats for p in planned), default=0)
-    return [(p, k) for k in range(rounds) for p in planned if k < p.repeats]
+    """Round-robin: repeat 0 of every experiment, then repeat 1 of those that have one, ...; an
+    experiment that runs `after_repeats` comes last."""
+    later = [p for p in planned if p.experiment.after_repeats]
+    rounds = max((p.repeats for p in planned if p not in later), default=0)
+    return [(p, k) for k in range(rounds) for p in planned if k < p.repeats and p not in later] + \
+        [(p, k) for p in later for k in range(p.repeats)]
 
 
 def repeat_seconds(planned: list[Planned], reference: Mapping[str, Any] | None = None) -> dict[str, float]:

@@ -38,7 +38,7 @@ from ..core.config import REPO_ROOT
 from ..core.errors import HarnessError
 from ..core.verdicts import NOT_MEASURED
 from ..core.workload_file import CAPS, Load
-from ..judging import answer, findings
+from ..judging import answer, findings, mechanisms
 
 CELL_MAX = 160   # characters of a table cell on the answer page
 
@@ -137,6 +137,26 @@ def verify_block() -> str:
             f"variant whose operations fail more than {load.max_error_rate:.0%} of the time stops the run.")
 
 
+# -- why: the mechanisms and the profiler's cost ---------------------------------------------------------
+
+WHY_LESSONS = ("001-models", "002-cpu")
+
+
+def why_block(summary: Mapping[str, Any]) -> str:
+    """The mechanism lines of the lessons that have one (`mechanisms`), and what the profiler cost."""
+    by_id = {lesson.id: lesson for lesson in findings.LESSONS}
+    parts = [f"**{by_id[lid].name}** ({lid}):\n" + "\n".join(got)
+             for lid in WHY_LESSONS if (got := mechanisms.lines(summary, lid))]
+    if not parts:
+        return "The reference run has no profiled pass yet: the mechanisms appear here once it has one."
+    cost = [float(m["median"]) for (variant, metric), m in _metrics(summary, "profiled").items()
+            if metric == "profiled_over_plain" and num.finite(m.get("median")) is not None]
+    if cost:
+        parts.append(f"The profiler (py-spy, native frames, 100 Hz) kept {min(cost):.0%}–{max(cost):.0%} of each "
+                     f"model's throughput in its window; no verdict reads a profiled window.")
+    return "\n\n".join(parts)
+
+
 # -- the study's own time ------------------------------------------------------------------------------
 
 def study_block(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
@@ -149,9 +169,11 @@ def study_block(summary: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
 # -- RESULTS: each lesson, and the runs ----------------------------------------------------------------
 
 def lesson_detail(lesson: findings.Lesson, row: Mapping[str, Any], pooled: Mapping[str, Any] | None,
-                  by_kind: Mapping[str, Mapping[str, Mapping[str, Any]]], loo: Mapping[str, Any]) -> str:
+                  by_kind: Mapping[str, Mapping[str, Mapping[str, Any]]], loo: Mapping[str, Any],
+                  summary: Mapping[str, Any]) -> str:
     """A lesson's figures for RESULTS: the seed's, the reference run's, across machines, per kind of
-    processor, and how the new-run range held its own runs."""
+    processor, the mechanism behind them where the run measured one (`mechanisms`), and how the
+    new-run range held its own runs."""
     lines = [f"- The seed: {lesson.seed_figure}.",
              f"- The reference run: **{row['verdict']}**, {row['figure_plain']}: {lesson.measure}"
              + (f"; {row['sides']}" if row["sides"] else "") + (f" ({row['server']})" if row["server"] else "") + ".",
@@ -160,6 +182,7 @@ def lesson_detail(lesson: findings.Lesson, row: Mapping[str, Any], pooled: Mappi
              for kind, group in by_kind.items() if kind != findings.ALL_PROCESSORS]
     if kinds:
         lines.append("- By kind of processor (every version, by the newest rules): " + "; ".join(kinds) + ".")
+    lines += mechanisms.lines(summary, lesson.id)
     if loo.get("checked"):
         lines.append(f"- The new-run range, each run left out in turn: {loo['inside']} of {loo['checked']} runs "
                      f"inside the range the others give (median width ×{num.sig3(loo['median_width'])}).")
@@ -214,10 +237,11 @@ def blocks(root: Path = REPO_ROOT) -> dict[Path, dict[str, str]]:
         "models": lambda: models_block(summary, manifest),
         "semaphore": lambda: semaphore_block(summary, manifest),
         "verify": verify_block,
+        "why": lambda: why_block(summary),
         "study": lambda: study_block(summary, manifest),
     }
     results = {f"lesson-{lesson.id}": lesson_detail(lesson, rows[lesson.id], pooled.get(lesson.claims[0]), by_kind,
-                                                    pooling.leave_one_out(runs, lesson.claims[0]))
+                                                    pooling.leave_one_out(runs, lesson.claims[0]), summary)
                for lesson in findings.LESSONS}
     results["runs"] = runs_block(runs, str(summary.get("run_id")))
     return {root / "README.md": {name: make() for name, make in readme.items()},

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core import figures, stats
+from ..core import figures, profiles, stats
 from ..core.errors import HarnessError
 from ..core.store import Run
 from ..experiments import registry
@@ -261,3 +261,32 @@ def save(fig: Any, name: str, experiments: Iterable[str] = (), **parameters: Any
                                 parameters={**s.parameters, **parameters}, roles=s.roles)
     print("saved", ", ".join(p.name for p in paths))
     return paths
+
+
+# a category's colour in flame graphs (core.profiles); frames no pattern names are grey
+FLAME_COLOURS = {profiles.GIL: "#d62728", profiles.LOCKS: "#bcbd22", profiles.SYSCALLS: "#ff7f0e",
+                 profiles.BSON: "#9467bd", profiles.DRIVER_C: "#8c564b", profiles.DRIVER_PY: "#1f77b4",
+                 profiles.LOOP: "#2ca02c", profiles.HARNESS: "#e377c2"}
+
+
+def flame_graph(ax: Any, stacks: Sequence[tuple[Sequence[str], int]], title: str, min_share: float = 0.005) -> None:
+    """Draw `stacks` (core.profiles) on `ax` as a flame graph: callers at the bottom, each box as wide
+    as its share of the samples, coloured by the category its frame names (grey: none)."""
+    nodes = profiles.flame_nodes(stacks, min_share=min_share)
+    for depth, start, width, frame in nodes:
+        colour = FLAME_COLOURS.get(profiles.frame_category(frame), "#c7c7c7")
+        ax.add_patch(_rectangle((start, depth), width, 0.95, colour))
+        if width > 0.06:
+            ax.text(start + 0.003, depth + 0.45, frame.split(" (", 1)[0][: int(width * 90)], fontsize=6,
+                    va="center", clip_on=True)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, max((d for d, *_ in nodes), default=0) + 1)
+    ax.set_yticks([])
+    ax.set_xlabel("share of the samples")
+    ax.set_title(title, fontsize=9)
+
+
+def _rectangle(xy: tuple[float, float], width: float, height: float, colour: str) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle(xy, width, height, facecolor=colour, edgecolor="white", linewidth=0.3)

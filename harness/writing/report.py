@@ -390,9 +390,10 @@ def export_html(nb: nbformat.NotebookNode, destination: Path, keep_code: bool = 
 
 
 def figure_descriptions(nb: nbformat.NotebookNode) -> list[str]:
-    """One text per image the HTML will show, in order: the heading and first sentence of the
-    markdown cell before the image's cell (each figure's section says what it shows), for the
-    image's alt text. Cells the export removes (`REMOVE_CELL_TAGS`) show no image and are skipped."""
+    """One text per image the HTML will show, in order, for its alt text: the image's own `alt`
+    (output metadata, for a figure whose text depends on the data), else the heading and first
+    sentence of the markdown cell before the image's cell (each figure's section says what it
+    shows). Cells the export removes (`REMOVE_CELL_TAGS`) show no image and are skipped."""
     out, context, shown = [], "Figure", 0
     for cell in nb.cells:
         if REMOVE_CELL_TAGS & set(cell.get("metadata", {}).get("tags", [])):
@@ -409,7 +410,9 @@ def figure_descriptions(nb: nbformat.NotebookNode) -> list[str]:
             for o in cell.get("outputs", []):
                 if any(k in (o.get("data") or {}) for k in IMAGE_TYPES):
                     shown += 1
-                    out.append(f"Figure: {context}" + (f" (figure {shown} of this section)" if shown > 1 else ""))
+                    own = (o.get("metadata") or {}).get("alt")   # display(fig, metadata={"alt": ...})
+                    out.append(f"Figure: {own}" if own else
+                               f"Figure: {context}" + (f" (figure {shown} of this section)" if shown > 1 else ""))
     return out
 
 

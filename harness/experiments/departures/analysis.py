@@ -83,7 +83,8 @@ def _version_key(label: str) -> tuple:
 
 
 def windows(run: Run) -> pd.DataFrame:
-    """Every ok window with `cpu_us_per_req` and `throughput_rps`."""
+    """Every ok window with `cpu_us_per_req`, `throughput_rps` and the client's context switches per
+    request (`ctx_vol_per_req`, `ctx_invol_per_req`; NaN for runs recorded before they were read)."""
     w = run.table(EXPERIMENT, "windows")
     if w.empty:
         return w
@@ -101,6 +102,9 @@ def windows(run: Run) -> pd.DataFrame:
     w["cpu_s"], w["server_cpu_s"], w["machine_busy_s"] = ([f[k] for f in fits] for k in range(3))
     w["cpu_us_per_req"] = [stats.cpu_per_op_us(c, n) for c, n in zip(w["cpu_s"], w["completed"])]
     w["throughput_rps"] = w["completed"] / w["wall_s"]
+    for kind, name in (("voluntary", "ctx_vol_per_req"), ("involuntary", "ctx_invol_per_req")):
+        counts = w[f"ctx_{kind}"] if f"ctx_{kind}" in w.columns else [math.nan] * len(w)
+        w[name] = [stats.switches_per_op(c, n) for c, n in zip(counts, w["completed"])]
     return _with_gil(w, run.table(EXPERIMENT, "gil", ok_only=False))
 
 

@@ -311,6 +311,7 @@ class Departures(Experiment):
 
     metrics = (Metric("cpu_us_per_req", "us", "lower"), Metric("throughput_rps", "req/s", "higher"),
                Metric("gil_wait_ms", "ms", "lower"), Metric("cpu_ratio_{model}", "ratio", ""),
+               Metric("ctx_vol_per_req", "switches", ""), Metric("ctx_invol_per_req", "switches", ""),
                Metric("ratio_change", "ratio", ""), Metric("threads_cpu_change", "ratio", "lower"),
                Metric("async_cpu_change", "ratio", "lower"), CPU_REJECTED_METRIC)
 
@@ -318,7 +319,7 @@ class Departures(Experiment):
         w = windows(run)
         put_cpu_rejected(rows, w)
         for _, r in w.iterrows():
-            for q in ("cpu_us_per_req", "throughput_rps", "gil_wait_ms"):
+            for q in ("cpu_us_per_req", "throughput_rps", "gil_wait_ms", "ctx_vol_per_req", "ctx_invol_per_req"):
                 rows.put(r["variant"], q, r["repeat"], r[q])
         c = cells(run)
         for _, r in c.iterrows():
@@ -523,7 +524,9 @@ class Departures(Experiment):
                 "client_cpus": _cpus(rec["client_cpus"]), "via_proxy": via_proxy, "position": pos,
                 "model_position": k, "wall_s": w["wall_s"], "cpu_s": w["cpu_s"],
                 "cpu_user_s": w["cpu_user_s"], "cpu_system_s": w["cpu_system_s"],
-                "cpu_wait_s": float(w.get("cpu_wait_s", float("nan"))), "ops": int(w["ops"]),
+                "cpu_wait_s": float(w.get("cpu_wait_s", float("nan"))),
+                "ctx_voluntary": int(w.get("ctx_voluntary", -1)), "ctx_involuntary": int(w.get("ctx_involuntary", -1)),
+                "ops": int(w["ops"]),
                 "completed": int(w["completed"]), "errors": int(w.get("errors", 0)),
                 "server_cpu_s": float(w.get("server_cpu_s", float("nan"))),
                 **{k: w.get(k, float("nan")) for k in ("machine_busy_s", "cpu_child_s", "server_cpu_child_s")},

@@ -63,6 +63,8 @@ mongo_models (T in thread counts, e.g. threads32, threads100; A in async_bare, a
 with the loop/driver suffix as for mongo_pool)
 - `mongo_models.T.throughput_qps`, `mongo_models.A.throughput_qps`     queries/s
 - `mongo_models.T.cpu_us_per_query`, `mongo_models.A.cpu_us_per_query` client process CPU per query, us
+- `mongo_models.<V>.ctx_vol_per_query`, `.ctx_invol_per_query`  the client's context switches per query,
+  voluntary and involuntary; `.db_ctx_per_query` the database processes' (FerretDB and PostgreSQL)
 - `mongo_models.T.p50_ms`, `.p99_ms`, `.max_ms` (and for A)             latency, ms
 - `.client_cpu_pct`, `.db_cpu_pct`, `.machine_cpu_pct` (T and A) CPU over the window, % of one core:
   the client process, the database (FerretDB + its PostgreSQL, background workers included), the
@@ -233,9 +235,14 @@ def window_resources(w: pd.Series, n_cores: int) -> dict[str, Any]:
     client, db, machine, check = fit_cpu(float(w.cpu_s), float(w.get("db_cpu_s", np.nan)),
                                          float(w.get("machine_busy_s", np.nan)), wall, cores_w)
     out: dict[str, Any] = {"cpu_us_per_query": stats.cpu_per_op_us(client, int(w.ops)),
-                           "cpu_cores_used": client / wall, "cpu_check": check}
+                           "cpu_cores_used": client / wall, "cpu_check": check,
+                           "ctx_vol_per_query": stats.switches_per_op(w.get("ctx_voluntary"), int(w.ops)),
+                           "ctx_invol_per_query": stats.switches_per_op(w.get("ctx_involuntary"), int(w.ops))}
     if not measured:
         return out
+    db_switches = [w.get(f"db_ctx_{kind}", np.nan) for kind in ("voluntary", "involuntary")]
+    out["db_ctx_per_query"] = stats.switches_per_op(
+        sum(db_switches) if all(s == s and s >= 0 for s in db_switches) else np.nan, int(w.ops))
     pct = lambda s: 100.0 * float(s) / wall if wall else np.nan  # noqa: E731
     out.update({"client_cpu_pct": pct(client), "client_cpu_wait_pct": pct(w.get("cpu_wait_s", np.nan)),
                 "db_cpu_pct": pct(db), "machine_cpu_pct": pct(machine),

@@ -90,7 +90,8 @@ class ThreadsVsAsyncio(Experiment):
     tables = {"samples": {**CLOSED_LOOP_SAMPLES, "mode": "str"},
               "windows": window_columns(mode="str", loop="str", driver="str", pool_size="int", workers="int",
                                         semaphore="bool", duration_s="float", ferretdb_pg_conns_max="float",
-                                        db_cpu_s="float", machine_busy_s="float", cores="int"),
+                                        db_cpu_s="float", machine_busy_s="float", cores="int",
+                                        db_ctx_voluntary="int", db_ctx_involuntary="int"),
               "server_pool": {"ferretdb": "bool", "pool_max_conns": "int", "source": "str"}}
 
     def datasets(self, p: ModelsParams) -> list:
@@ -111,6 +112,7 @@ class ThreadsVsAsyncio(Experiment):
 
     metrics = (Metric("throughput_qps", "queries/s", "higher"), Metric("cpu_us_per_query", "us", "lower"),
                Metric("db_cpu_us_per_query", "us", "lower"), Metric("p50_ms", "ms", "lower"),
+               *(Metric(n, "switches", "") for n in ("ctx_vol_per_query", "ctx_invol_per_query", "db_ctx_per_query")),
                Metric("p99_ms", "ms", "lower"), Metric("max_ms", "ms", "lower"),
                *(Metric(n, "% of a core", "") for n in ("client_cpu_pct", "client_cpu_wait_pct", "db_cpu_pct",
                                                        "machine_cpu_pct")),
@@ -133,7 +135,8 @@ class ThreadsVsAsyncio(Experiment):
             limit = r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else ""
             for v in names:
                 for q in ("throughput_qps", "cpu_us_per_query", "p50_ms", "p99_ms", "max_ms", "client_cpu_pct",
-                          "client_cpu_wait_pct", "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query"):
+                          "client_cpu_wait_pct", "db_cpu_pct", "machine_cpu_pct", "db_cpu_us_per_query",
+                          "ctx_vol_per_query", "ctx_invol_per_query", "db_ctx_per_query"):
                     if q in r:
                         rows.put(v, q, r["repeat"], r[q], limit)
         put_cpu_rejected(rows, summary)

@@ -32,6 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -254,11 +255,12 @@ def closed_loop_threads(collection: Any, *, threads: int, duration_s: float, see
 def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: int, tasks: int,
                   semaphore: bool, duration_s: float, warmup_s: float, seed: int,
                   backend: BackendConnections | None = None, db: DatabaseCPU | None = None,
-                  query: Query = SEED_QUERY, **fields: Any) -> list[dict[str, Any]]:
+                  query: Query = SEED_QUERY, profile: Path | None = None, **fields: Any) -> list[dict[str, Any]]:
     """One async closed-loop variant on its own loop and client: warm-up, then a measured window.
 
     Records the window (wall, process CPU, ops; with `backend`, the most connections FerretDB held
-    to PostgreSQL during it) and one `samples` row per operation; returns them.
+    to PostgreSQL during it) and one `samples` row per operation; returns them. With `profile`,
+    py-spy samples the window into that file (`measure.Window`).
     """
     uri = ctx.servers.mongodb_uri
 
@@ -270,7 +272,7 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
             if warmup_s > 0:
                 await closed_loop_async(col, tasks=tasks, duration_s=warmup_s, seed=seed + 1, semaphore=sem,
                                         query=query)
-            with _window(ctx, variant, backend, db, loop=loop, driver=driver, pool_size=pool_size,
+            with _window(ctx, variant, backend, db, profile, loop=loop, driver=driver, pool_size=pool_size,
                          workers=tasks, semaphore=semaphore, duration_s=duration_s, **fields) as w:
                 rows = await closed_loop_async(col, tasks=tasks, duration_s=duration_s, seed=seed,
                                                t0=w.t0, semaphore=sem, query=query)
@@ -287,7 +289,7 @@ def async_variant(ctx: Any, variant: str, *, loop: str, driver: str, pool_size: 
 
 def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, duration_s: float,
                     warmup_s: float, seed: int, backend: BackendConnections | None = None,
-                    db: DatabaseCPU | None = None, query: Query = SEED_QUERY,
+                    db: DatabaseCPU | None = None, query: Query = SEED_QUERY, profile: Path | None = None,
                     **fields: Any) -> list[dict[str, Any]]:
     """The same workload on threads with one synchronous MongoClient; same window and rows."""
     import pymongo
@@ -296,7 +298,7 @@ def threads_variant(ctx: Any, variant: str, *, threads: int, pool_size: int, dur
         col = client[query.database][query.collection]
         if warmup_s > 0:
             closed_loop_threads(col, threads=threads, duration_s=warmup_s, seed=seed + 1, query=query)
-        with _window(ctx, variant, backend, db, loop="threads", driver="pymongo-sync", pool_size=pool_size,
+        with _window(ctx, variant, backend, db, profile, loop="threads", driver="pymongo-sync", pool_size=pool_size,
                      workers=threads, semaphore=False, duration_s=duration_s, **fields) as w:
             rows = closed_loop_threads(col, threads=threads, duration_s=duration_s, seed=seed, t0=w.t0,
                                        query=query)
@@ -487,16 +489,23 @@ class DatabaseCPU:
     def read(self) -> float:
         return sum(m.read() for m in self.meters) if self.meters else float("nan")
 
+    def switches(self) -> tuple[int, int]:
+        """(voluntary, involuntary) context switches so far of the live processes (`TreeCPU.switches`)."""
+        counts = [m.switches() for m in self.meters]
+        return (sum(v for v, _ in counts), sum(i for _, i in counts)) if counts else (-1, -1)
+
 
 @contextmanager
 def _window(ctx: Any, variant: str, backend: BackendConnections | None, db: DatabaseCPU | None,
-            **fields: Any) -> Iterator[Window]:
+            profile: Path | None = None, **fields: Any) -> Iterator[Window]:
     """`ctx.window()` with the watch (`_watch`) around the window rather than inside it: its reads
     (the database's process trees, FerretDB's connections) take time, which counted as
     window time and lowered a short window's throughput (Little's law, tests/test_littles_law.py)."""
-    w = Window(variant, fields)
+    w = Window(variant, fields, profile=profile)
     with _watch(backend, w, db), w:
         yield w
+    if profile is not None:
+        w.fields["profile_error"] = w.profile_error or ""
     ctx.record("windows", [w.row()])
 
 
@@ -513,6 +522,7 @@ def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | No
     if backend is not None:
         backend.start()
     db0, machine0 = (db.read(), machine_busy_s()) if db is not None else (float("nan"), float("nan"))
+    switches0 = db.switches() if db is not None else (-1, -1)
     try:
         yield
     finally:
@@ -520,5 +530,9 @@ def _watch(backend: BackendConnections | None, window: Any, db: DatabaseCPU | No
             machine1 = machine_busy_s()
             window.fields.update(db_cpu_s=db.read() - db0, machine_busy_s=machine1 - machine0,
                                  cores=os.cpu_count() or 1)
+            switches1 = db.switches()
+            measured = min(*switches0, *switches1) >= 0
+            window.fields.update(db_ctx_voluntary=switches1[0] - switches0[0] if measured else -1,
+                                 db_ctx_involuntary=switches1[1] - switches0[1] if measured else -1)
         if backend is not None:
             window.fields["ferretdb_pg_conns_max"] = backend.stop()

@@ -25,6 +25,9 @@ Derived quantities (per variant and repeat; `models_table`, `ceiling_table`):
   (stats.cpu_per_op_us).
 - server_cpu_pct, server_cpu_us_per_req: the same for the PostgreSQL processes (NaN when the
   server was not a process on the measuring machine).
+- ctx_vol_per_req, ctx_invol_per_req: the client process's context switches per successful request,
+  voluntary (a thread gave up its core to wait) and involuntary (preempted); server_ctx_per_req: the
+  PostgreSQL processes' switches of both kinds (NaN for runs recorded before they were read).
 - machine_cpu_pct: busy CPU of every process on the machine over the window, % of one core
   (cores x 100 = all busy); other_cpu_pct = machine - client - server: load from anything else
   (other users of a shared machine, the harness itself).
@@ -312,7 +315,17 @@ def window_cpu(w: pd.Series, completed: int, n_cores: int) -> dict[str, Any]:
             "cpu_us_per_req": stats.cpu_per_op_us(client, completed),
             "server_cpu_pct": 100.0 * server / wall,
             "server_cpu_us_per_req": stats.cpu_per_op_us(server, completed),
-            "machine_cpu_pct": 100.0 * machine / wall, "cpu_check": check}
+            "machine_cpu_pct": 100.0 * machine / wall, "cpu_check": check, **window_switches(w, completed)}
+
+
+def window_switches(w: pd.Series, completed: int) -> dict[str, float]:
+    """A window's context switches per request: the client's voluntary and involuntary, and the
+    server's (PostgreSQL's processes, both kinds); NaN for runs recorded before they were read."""
+    server = [w.get(f"server_ctx_{kind}", math.nan) for kind in ("voluntary", "involuntary")]
+    return {"ctx_vol_per_req": stats.switches_per_op(w.get("ctx_voluntary"), completed),
+            "ctx_invol_per_req": stats.switches_per_op(w.get("ctx_involuntary"), completed),
+            "server_ctx_per_req": stats.switches_per_op(
+                sum(server) if all(s == s and s >= 0 for s in server) else math.nan, completed)}
 
 
 def _first(df: pd.DataFrame, col: str) -> float:
@@ -440,7 +453,10 @@ def seed_table(run: Run) -> pd.DataFrame:
     quantities = [("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
                   ("p99_p50_ratio", "p99/p50"), ("cpu_pct", "client CPU %"),
                   ("cpu_wait_pct", "client waiting for a core %"),
-                  ("cpu_us_per_req", "client CPU us/req"), ("server_cpu_pct", "server CPU %"),
+                  ("cpu_us_per_req", "client CPU us/req"),
+                  ("ctx_vol_per_req", "client voluntary switches/req"),
+                  ("ctx_invol_per_req", "client involuntary switches/req"),
+                  ("server_cpu_pct", "server CPU %"), ("server_ctx_per_req", "server switches/req"),
                   ("machine_cpu_pct", "machine CPU %"),
                   ("pool_bound_rps", "pool bound req/s"),
                   ("held_over_db_time", "connection held / database time alone"),
@@ -457,7 +473,8 @@ def seed_table(run: Run) -> pd.DataFrame:
                 if m in by_model.index:
                     v = by_model.at[m, col]
                     row[MODEL_LABELS[m]] = v if isinstance(v, str) else round(float(v), 3 if col in (
-                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac", "pool_query_frac") else 1)
+                        "p99_p50_ratio", "jain", "held_over_db_time", "pool_busy_frac", "pool_query_frac",
+                        "ctx_vol_per_req", "ctx_invol_per_req", "server_ctx_per_req") else 1)
             out.append(row)
     return pd.DataFrame(out).set_index(["configuration", "quantity"])
 

@@ -338,6 +338,7 @@ class PgCeiling(Experiment):
             return
         s0, m0 = server.read(), machine_busy_s()
         user0, system0, q0 = bench.read().snapshot()
+        switches0 = bench.switches
         t0, w0 = time.time(), time.perf_counter()
         # read pgbench as the window runs: if it exits just before the window closes (the end
         # of its -T), its CPU is its last reading rather than a lost window
@@ -346,10 +347,12 @@ class PgCeiling(Experiment):
             bench.read()
         t1, w1 = time.time(), time.perf_counter()
         user1, system1, q1 = bench.read().snapshot()
+        switches1 = bench.switches
         s1, m1 = server.read(), machine_busy_s()
         out.update(wall_s=w1 - w0, cpu_s=(user1 + system1) - (user0 + system0),
                    cpu_user_s=user1 - user0, cpu_system_s=system1 - system0,
                    cpu_wait_s=waited_s(q0, q1), pgbench_exited_in_window=bench.exited,
+                   ctx_voluntary=switches1[0] - switches0[0], ctx_involuntary=switches1[1] - switches0[1],
                    server_cpu_s=s1 - s0, machine_busy_s=m1 - m0, open_epoch=t0, close_epoch=t1, w0=w0, w1=w1)
 
 

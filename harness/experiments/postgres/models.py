@@ -376,6 +376,8 @@ MODEL_UNITS = {"rps": ("req/s", "higher"), "p50_ms": ("ms", "lower"), "p99_ms": 
                "cpu_wait_pct": ("% of a core", ""), "cpu_us_per_req": ("us", "lower"),
                "server_cpu_pct": ("% of a core", ""), "machine_cpu_pct": ("% of a core", ""),
                "other_cpu_pct": ("% of a core", ""), "server_cpu_us_per_req": ("us", "lower"),
+               "ctx_vol_per_req": ("switches", ""), "ctx_invol_per_req": ("switches", ""),
+               "server_ctx_per_req": ("switches", ""),
                "db_time_ms": ("ms", ""), "pool_bound_rps": ("req/s", ""), "pool_bound_frac": ("ratio", ""),
                "held_ms": ("ms", ""), "held_over_db_time": ("ratio", ""), "pool_busy_frac": ("ratio", ""),
                "pool_query_frac": ("ratio", ""), "littles_law_ms": ("ms", ""), "littles_law_ratio": ("ratio", ""),

@@ -70,6 +70,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from ...core.cgroup import capacity_cores
@@ -229,6 +230,7 @@ class VariantSpec:
     # need it, and need a transaction: no psycopg autocommit.
     read_only: bool = False
     regime: str = ""                 # the rows' regime: "" = slow or fast by slow_ms (regime_of)
+    profile: str = ""                # a file: py-spy samples the child over its window (measure.Window)
 
     def __post_init__(self) -> None:
         if self.statements and not (self.read_only and not self.psycopg_autocommit):
@@ -255,15 +257,21 @@ def _monitor(spec: VariantSpec, state: _State, server: ServerCPU, out: dict) -> 
     try:
         time.sleep(spec.warmup_s)
         s0, m0 = server.read(), machine_busy_s()
+        sw0 = server.switches()
         procs0 = server.processes
-        w = Window(spec.variant).open()
+        w = Window(spec.variant, profile=Path(spec.profile) if spec.profile else None).open()
         state.open_at = w.t0
         time.sleep(spec.duration_s)
         w.close()
         state.close_at = w.close_at
         s1, m1 = server.read(), machine_busy_s()
+        sw1 = server.switches()
         out.update(open_at=state.open_at, close_at=state.close_at, wall_s=w.wall_s, cpu_s=w.cpu_s,
                    cpu_user_s=w.cpu_user_s, cpu_system_s=w.cpu_system_s, cpu_wait_s=w.cpu_wait_s,
+                   ctx_voluntary=w.ctx_voluntary, ctx_involuntary=w.ctx_involuntary,
+                   server_ctx_voluntary=sw1[0] - sw0[0] if server.available else -1,
+                   server_ctx_involuntary=sw1[1] - sw0[1] if server.available else -1,
+                   **({"profile_error": w.profile_error or ""} if spec.profile else {}),
                    server_cpu_s=s1 - s0,
                    machine_busy_s=m1 - m0, server_procs_open=procs0,
                    server_procs_close=server.processes, threads_in_process=threading.active_count(),
@@ -553,6 +561,7 @@ def tables(window_columns: Callable[..., dict[str, str]], other_columns: str) ->
         "windows": window_columns(completed="int", errors="int", ops_all="int", pool_held_s="float",
                                   pool_query_s="float", server_cpu_s="float", machine_busy_s="float", cpu_check="str",
                                   cpu_child_s="float", server_cpu_child_s="float", machine_busy_child_s="float",
+                                  server_ctx_voluntary="int", server_ctx_involuntary="int",
                                   clients="int", duration_s="float", **keys, **{other_columns: "any"}),
         "calibration": {"variant": "str", "latency_s": "float", **keys},
         "failures": {"variant": "str", "model": "str", "slow_ms": "float", "pool": "int", "error": "str",
@@ -583,7 +592,6 @@ def measure_in_child(ctx: Any, spec: VariantSpec, timeout_s: float, stem: str) -
     failed (then `child.error` says why). Records nothing: `run_in_child` records; pg_models'
     pilot only reads. `stem` names the child's log among the artifacts."""
     import tempfile
-    from pathlib import Path
 
     from ...core import processes
 

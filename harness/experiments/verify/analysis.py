@@ -278,6 +278,16 @@ def not_identified_advice(client_cpu_pct: float) -> str:
             "outside what is measured (locks, the network, a server elsewhere).")
 
 
+def switches_text(g: pd.DataFrame, voluntary: str, involuntary: str, by: str = "model") -> str:
+    """Each model's median context switches per operation over the repeats, voluntary + involuntary
+    ('' for a run recorded before they were read)."""
+    if voluntary not in g.columns:
+        return ""
+    parts = [f"{m} {_f(float(gm[voluntary].median()))} + {_f(float(gm[involuntary].median()))}"
+             for m, gm in g.groupby(by, sort=True) if gm[voluntary].notna().any()]
+    return f"context switches per operation, voluntary + involuntary: {', '.join(parts)}" if parts else ""
+
+
 def _decide_row(g: pd.DataFrame, pool: int) -> dict[str, Any]:
     limits = {m: _modal_limit(gm) for m, gm in g.groupby("model")}
     threads = "threads_psycopg"
@@ -296,6 +306,8 @@ def _decide_row(g: pd.DataFrame, pool: int) -> dict[str, Any]:
               "n": best[1]["n"]}
     share_text = "; ".join(f"{m} uses {_pct(r['ratio'])} {_bounds(r, _pct)} of the threads' CPU per request"
                            for m, r in shares)
+    if switches := switches_text(g, "ctx_vol_per_req", "ctx_invol_per_req"):
+        share_text = f"{share_text}; {switches}" if share_text else switches
     named = {m: lim for m, (lim, k, n) in limits.items() if n >= MIN_REPEATS and k / n >= LIMIT_AGREEMENT}
     subject = f"pool {pool}"
     figure = f"CPU per request, {best[0]} / threads" if best else "CPU per request"
@@ -412,6 +424,9 @@ def mongo_checks(run: Run) -> list[dict[str, Any]]:
             if verdict != INCONCLUSIVE:
                 reason += f": the async client's CPU per query is {'lower' if verdict == 'pass' else 'higher'}"
             tail_text = f"p99 async/threads {_f(tail['estimate'])} {_bounds(tail)}"
+            if switches := switches_text(pd.concat([first, threads]), "ctx_vol_per_query", "ctx_invol_per_query",
+                                         by="mode"):
+                tail_text += f"; {switches}"
             advice = {PASS: f"Migrating saves CPU per query on this query; {tail_text}.",
                       FAIL: f"Migrating costs CPU per query on this query; {tail_text}. Keep the threads.",
                       INCONCLUSIVE: f"No clear CPU benefit; {tail_text}."}[verdict]

@@ -168,7 +168,8 @@ class VerifyMongo(Experiment):
                Metric("max_over_p99", "ratio", "lower"),
                Metric("fewest_over_most", "ratio", "higher"), Metric("cpu_us_per_op", "us", "lower"),
                Metric("max_stall_ms", "ms", "lower"), Metric("max_stall_run_ms", "ms", "lower"),
-               Metric("max_stall_wait_share", "ratio", ""))
+               Metric("max_stall_wait_share", "ratio", ""),
+               Metric("ctx_vol_per_op", "switches", ""), Metric("ctx_invol_per_op", "switches", ""))
 
     def compute_metrics(self, run, rows) -> None:
         for _, r in closed_loop(run).iterrows():
@@ -176,6 +177,8 @@ class VerifyMongo(Experiment):
             for q in ("throughput_qps", "p50_ms", "p99_ms", "max_ms", "max_over_p99", "fewest_over_most"):
                 rows.put(r["variant"], q, int(r["repeat"]), r[q], bottleneck)
             rows.put(r["variant"], "cpu_us_per_op", int(r["repeat"]), r["cpu_us_per_query"], bottleneck)
+            for kind in ("vol", "invol"):
+                rows.put(r["variant"], f"ctx_{kind}_per_op", int(r["repeat"]), r.get(f"ctx_{kind}_per_query"))
         for _, r in stalls(run).iterrows():
             for q in ("max_stall_ms", "max_stall_run_ms", "max_stall_wait_share"):
                 rows.put(r["variant"], q, int(r["repeat"]), r[q])

@@ -256,7 +256,8 @@ class VerifyPostgres(Experiment):
 
     metrics = (Metric("rps", "req/s", "higher"), Metric("p50_ms", "ms", "lower"), Metric("p99_ms", "ms", "lower"),
                Metric("p99_p50_ratio", "ratio", "lower"), Metric("cpu_us_per_req", "us", "lower"),
-               Metric("pool_bound_frac", "ratio", ""), Metric("db_time_ms", "ms", "lower"))
+               Metric("pool_bound_frac", "ratio", ""), Metric("db_time_ms", "ms", "lower"),
+               *(Metric(n, "switches", "") for n in ("ctx_vol_per_req", "ctx_invol_per_req", "server_ctx_per_req")))
 
     def compute_metrics(self, run, rows) -> None:
         for _, r in models_table(run, self.name).iterrows():

@@ -1,0 +1,1 @@
+"""The profiled pass: where each client model spends its CPU (py-spy), kept apart from every verdict."""

@@ -1,0 +1,147 @@
+"""Why a lesson reads as it does: the mechanism behind two lessons' figures, from a run's summary.
+
+- 001-models: the client CPU per query of the async client and of 32 threads (mongo_models'
+  measured repeats), each split by the profiled pass's category shares (`experiments.profiled`), and
+  the categories that make up the gap between them. The rule, written before the run: the named
+  categories (every one but `other`) that widen the gap, largest first, until they hold half of it;
+  if all of them together hold less than half, the gap is "not explained".
+- 002-cpu: the seed explains the threads' extra CPU by "a GIL handoff every time libpq returns, an
+  OS context switch per wake-up, and 200 threads competing for one interpreter". Its two countable
+  parts are read against pg_models' pool-bound regime and the profiled pass:
+  - a context switch per wake-up holds when the threads' voluntary switches per request are at
+    least 1 (their interval's lower end) and above uvloop + asyncpg's (the intervals apart);
+  - the GIL holds as a cause when the interpreter lock's share of the threads' profile is at least
+    `GIL_MATERIAL` (the lower end of its 95% binomial interval over the samples).
+
+A profile's share counts a thread's active time, running or waiting for a core (`core.profiles`):
+the µs by category are that share of the measured CPU per query, an apportionment, not a second
+measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..core import num, profiles
+
+GIL_MATERIAL = 0.10      # the lock's share of the threads' samples that makes it a cause
+Z95 = 1.959964
+MODELS_SIDES = (("async client", "mongo_models", "async_bare", "mongo_models.async"),
+                ("32 threads", "mongo_models", "threads32", "mongo_models.threads"))
+CPU_SIDES = (("threads + psycopg", "threads_psycopg"), ("uvloop + asyncpg", "uvloop_asyncpg"))
+BOUND = "bound.pool20"
+
+
+def _metrics(summary: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    return {(str(m.get("experiment")), str(m.get("variant")), str(m.get("metric"))): m
+            for m in summary.get("metrics", []) or [] if isinstance(m, Mapping)}
+
+
+def _value(m: Mapping[str, Any] | None, key: str = "estimate") -> float:
+    v = num.finite((m or {}).get(key))
+    return math.nan if v is None else float(v)
+
+
+def _shares(got: Mapping, variant: str) -> dict[str, float] | None:
+    shares = {label: _value(got.get(("profiled", variant, f"share_{key}")), "median")
+              for label, key in profiles.KEYS.items()}
+    return None if any(math.isnan(s) for s in shares.values()) else shares
+
+
+def _interval(m: Mapping[str, Any] | None) -> str:
+    lo, hi = _value(m, "ci_low"), _value(m, "ci_high")
+    return f" [{num.sig3(lo)}, {num.sig3(hi)}]" if not (math.isnan(lo) or math.isnan(hi)) else ""
+
+
+def models_gap(summary: Mapping[str, Any]) -> list[str]:
+    """001-models: µs of client CPU per query by category for both models, and what makes the gap."""
+    got = _metrics(summary)
+    sides = []
+    for label, exp, variant, profiled in MODELS_SIDES:
+        cpu = _value(got.get((exp, variant, "cpu_us_per_query")))
+        shares = _shares(got, profiled)
+        if math.isnan(cpu) or shares is None:
+            return []
+        sides.append((label, cpu, {c: s * cpu for c, s in shares.items()}))
+    (a, a_cpu, a_us), (b, b_cpu, b_us) = sides
+    lines = [f"- Where the client CPU goes (µs per query, the measured CPU split by the profiled pass's shares): "
+             f"{label} {num.sig3(cpu)}: " + ", ".join(f"{c} {num.sig3(us)}" for c, us in
+                                                    sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5)
+             for label, cpu, by in sides]
+    gap = a_cpu - b_cpu
+    lines.append(f"- The gap, {a} − {b}: {num.sig3(gap)} µs per query. " + gap_text(gap, a_us, b_us))
+    return lines
+
+
+def gap_text(gap: float, a_us: Mapping[str, float], b_us: Mapping[str, float]) -> str:
+    """Which named categories make up at least half of `gap` (a − b), largest first; or "not explained"."""
+    if gap == 0 or math.isnan(gap):
+        return "No gap to explain."
+    sign = 1 if gap > 0 else -1
+    widen = sorted(((sign * (a_us[c] - b_us[c]), c) for c in a_us if c != profiles.OTHER), reverse=True)
+    named, held = [], 0.0
+    for part, category in widen:
+        if part <= 0 or held >= abs(gap) / 2:
+            break
+        named.append(f"{category} {sign * part:+,.1f} µs")
+        held += part
+    if held < abs(gap) / 2:
+        return (f"Not explained: the named categories hold {num.sig3(held)} µs of it, less than half "
+                f"({profiles.OTHER}: {num.sig3(a_us[profiles.OTHER] - b_us[profiles.OTHER])} µs).")
+    return f"Made of (at least half of it): {', '.join(named)}."
+
+
+def binomial_low(share: float, n: int) -> float:
+    """The lower end of a share's 95% Wilson interval over `n` samples."""
+    if n <= 0:
+        return math.nan
+    centre = share + Z95 ** 2 / (2 * n)
+    spread = Z95 * math.sqrt(share * (1 - share) / n + Z95 ** 2 / (4 * n * n))
+    return (centre - spread) / (1 + Z95 ** 2 / n)
+
+
+def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
+    """002-cpu: context switches per request and the interpreter lock's share, against the seed's cause."""
+    got = _metrics(summary)
+    switches = {model: got.get(("pg_models", f"{BOUND}.{model}", "ctx_vol_per_req")) for _, model in CPU_SIDES}
+    lines = []
+    if all(switches.values()):
+        shown = "; ".join(f"{label} {num.sig3(_value(switches[m]))}{_interval(switches[m])}" for label, m in CPU_SIDES)
+        invol = "; ".join(f"{label} {num.sig3(_value(got.get(('pg_models', f'{BOUND}.{m}', 'ctx_invol_per_req'))))}"
+                          for label, m in CPU_SIDES)
+        t, u = switches[CPU_SIDES[0][1]], switches[CPU_SIDES[1][1]]
+        holds = _value(t, "ci_low") >= 1 and _value(t, "ci_low") > _value(u, "ci_high")
+        lines.append(f"- Context switches per request (pool-bound, pool 20), voluntary: {shown}; involuntary: "
+                     f"{invol}. \"A context switch per wake-up\": "
+                     + ("**holds**: the threads switch at least once a request, more than uvloop + asyncpg."
+                        if holds else "**not borne out** by these counts (rule: the threads' interval at least 1 "
+                                      "and above uvloop + asyncpg's)."))
+    gil = []
+    for label, model in CPU_SIDES:
+        share = _value(got.get(("profiled", f"pg_bound.{model}", f"share_{profiles.KEYS[profiles.GIL]}")), "median")
+        n = _value(got.get(("profiled", f"pg_bound.{model}", "samples")), "median")
+        if not (math.isnan(share) or math.isnan(n)) and n > 0:
+            gil.append((label, share, int(n)))
+    if len(gil) == len(CPU_SIDES):
+        _, t_share, t_n = gil[0]
+        low = binomial_low(t_share, t_n)
+        shown = "; ".join(f"{label} {share:.1%} of {n} samples" for label, share, n in gil)
+        lines.append("- The interpreter lock's share of the client's profile (pool-bound, the profiled pass): "
+                     f"{shown}. "
+                     "\"A GIL handoff every time libpq returns\" as a cause of the threads' extra CPU: "
+                     + (f"**holds**: at least {low:.1%} of the threads' samples (95% lower end; rule: "
+                        f"≥ {GIL_MATERIAL:.0%})." if low >= GIL_MATERIAL else
+                        f"**not borne out**: the lock holds {t_share:.1%} of the threads' samples (95% lower end "
+                        f"{low:.1%}; rule: ≥ {GIL_MATERIAL:.0%})."))
+    return lines
+
+
+MECHANISMS = {"001-models": models_gap, "002-cpu": cpu_mechanism}
+
+
+def lines(summary: Mapping[str, Any], lesson_id: str) -> list[str]:
+    """The mechanism lines of `lesson_id` for RESULTS ([] when the run measured none)."""
+    make = MECHANISMS.get(lesson_id)
+    return make(summary) if make else []

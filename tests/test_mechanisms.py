@@ -1,0 +1,68 @@
+"""The mechanism lines (harness/judging/mechanisms.py): their rules, on summaries whose answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.judging import mechanisms
+from harness.core import profiles
+
+LABELS = list(profiles.KEYS)
+
+
+
+def _summary(rows: list[tuple[str, str, str, float, float | None, float | None]]) -> dict:
+    return {"metrics": [{"experiment": e, "variant": v, "metric": m, "estimate": x, "median": x, "ci_low": lo,
+                         "ci_high": hi} for e, v, m, x, lo, hi in rows]}
+
+
+def _models_summary(async_us: float, threads_us: float, async_shares: dict, threads_shares: dict) -> dict:
+    rows = [("mongo_models", "async_bare", "cpu_us_per_query", async_us, None, None),
+            ("mongo_models", "threads32", "cpu_us_per_query", threads_us, None, None)]
+    for variant, shares in (("mongo_models.async", async_shares), ("mongo_models.threads", threads_shares)):
+        rows += [("profiled", variant, f"share_{profiles.KEYS[c]}", s, None, None) for c, s in shares.items()]
+    return _summary(rows)
+
+
+def test_the_gap_is_made_of_the_named_categories_that_widen_it():
+    a = {**dict.fromkeys(LABELS, 0.0), profiles.LOOP: 0.5, profiles.DRIVER_PY: 0.3, profiles.OTHER: 0.2}
+    t = {**dict.fromkeys(LABELS, 0.0), profiles.GIL: 0.3, profiles.DRIVER_PY: 0.5, profiles.OTHER: 0.2}
+    lines = mechanisms.lines(_models_summary(300.0, 200.0, a, t), "001-models")
+    assert len(lines) == 3 and "the gap, async client − 32 threads: 100 µs" in lines[2].lower()
+    # async: loop 150, driver 90, other 60; threads: GIL 60, driver 100, other 40 -> the loop alone holds 150
+    assert "Made of (at least half of it): the event loop +150.0 µs." in lines[2], lines[2]
+
+
+def test_a_gap_the_named_categories_do_not_hold_is_not_explained():
+    a = {**dict.fromkeys(LABELS, 0.0), profiles.OTHER: 0.9, profiles.LOOP: 0.1}
+    t = {**dict.fromkeys(LABELS, 0.0), profiles.OTHER: 0.7, profiles.LOOP: 0.3}
+    line = mechanisms.lines(_models_summary(300.0, 200.0, a, t), "001-models")[-1]
+    assert "Not explained" in line, line
+
+
+def test_without_a_profiled_pass_there_is_no_mechanism_line():
+    only = _summary([("mongo_models", "async_bare", "cpu_us_per_query", 300.0, None, None)])
+    assert mechanisms.lines(only, "001-models") == [] and mechanisms.lines(only, "002-cpu") == []
+    assert mechanisms.lines(only, "001-pool") == []
+
+
+@pytest.mark.parametrize(("threads", "uvloop", "gil", "samples", "switch_word", "gil_word"), [
+    ((2.0, 1.5, 2.5), (0.3, 0.2, 0.4), 0.30, 800, "**holds**", "**holds**"),
+    ((0.9, 0.7, 1.1), (0.3, 0.2, 0.4), 0.02, 800, "**not borne out**", "**not borne out**"),
+    # a share above the rule but from too few samples to be sure of it
+    ((2.0, 1.5, 2.5), (1.8, 1.4, 2.2), 0.12, 50, "**not borne out**", "**not borne out**"),
+])
+def test_the_seed_s_cpu_mechanism_is_read_by_its_rules(threads, uvloop, gil, samples, switch_word, gil_word):
+    rows = []
+    for model, (x, lo, hi) in (("threads_psycopg", threads), ("uvloop_asyncpg", uvloop)):
+        rows += [("pg_models", f"bound.pool20.{model}", "ctx_vol_per_req", x, lo, hi),
+                 ("pg_models", f"bound.pool20.{model}", "ctx_invol_per_req", 0.5, 0.4, 0.6),
+                 ("profiled", f"pg_bound.{model}", "share_gil", gil if model == "threads_psycopg" else 0.0, None, None),
+                 ("profiled", f"pg_bound.{model}", "samples", samples, None, None)]
+    switches, lock = mechanisms.lines(_summary(rows), "002-cpu")
+    assert switch_word in switches and gil_word in lock, (switches, lock)
+
+
+def test_the_binomial_lower_end_is_wilson_s():
+    assert mechanisms.binomial_low(0.5, 100) == pytest.approx(0.4038, abs=1e-4)
+    assert mechanisms.binomial_low(0.0, 100) == pytest.approx(0.0, abs=1e-12)
