@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HarnessError", "Run", "list_experiments", "list_runs", "open_run", "run"]
 
-_LAZY = {"Run": "store", "open_run": "store", "list_runs": "store", "HarnessError": "errors"}
+_LAZY = {"Run": "core.store", "open_run": "core.store", "list_runs": "core.store", "HarnessError": "core.errors"}
 
 
 def __getattr__(name: str) -> Any:

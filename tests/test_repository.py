@@ -1,10 +1,13 @@
 """The committed tree stays lean: only the reference run keeps raw data, every earlier run is a
 gzipped manifest and summary under data/history, and each has a budget in bytes, measured on the
 files git tracks (a file on disk that git ignores does not count): the tracked data/ at most 80 MB, a
-kept run at most 0.3 MB, the reference's directory at most 48 MB. The reference's budget was meant to
-be 40 MB; its raw tables stored compactly (core/tables.py) come to 38.7 MB by themselves, times at a
-nanosecond being about 3.4 bytes of entropy each (pg_models' 1.36 million operations, four times
-apiece: 17.9 MB), so the raw data and the report's page (5.1 MB) do not fit 40."""
+kept run at most 0.3 MB, the reference's directory at most 64 MB. The reference's budget was meant to
+be 40 MB; its raw tables stored compactly (core/tables.py) came to 38.7 MB by themselves on the Intel
+reference, times at a nanosecond being about 3.4 bytes of entropy each (pg_models' 1.36 million
+operations, four times apiece: 17.9 MB). The AMD EPYC reference that followed completes about 1.4
+times the operations in the same windows (pg_models' samples: 25.3 MB), and its directory holds 61.5
+MB with the report's page (6.3 MB). Times stored at a microsecond would take about 38% less than at
+a nanosecond (pg_models' first repeat, zstd 9: 2.69 MB against 4.36 MB): the next step toward 40."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from harness.core import store
 
 DATA_LIMIT_BYTES = 80 * 10**6
 KEPT_RUN_LIMIT_BYTES = 300 * 10**3
-REFERENCE_LIMIT_BYTES = 48 * 10**6
+REFERENCE_LIMIT_BYTES = 64 * 10**6
 
 
 def tracked_data_files() -> list[PurePosixPath]:

@@ -5,6 +5,9 @@
   the categories that make up the gap between them. The rule, written before the run: the named
   categories (every one but `other`) that widen the gap, largest first, until they hold half of it;
   if all of them together hold less than half, the gap is "not explained".
+- Either reads a profile only where it is faithful (`unfaithful`): py-spy kept at least half of the
+  model's throughput and sampled at most twice its active time; else the line says so, and the gap
+  is "not explained" or the GIL "not judged".
 - 002-cpu: the seed explains the threads' extra CPU by "a GIL handoff every time libpq returns, an
   OS context switch per wake-up, and 200 threads competing for one interpreter". Its two countable
   parts are read against pg_models' pool-bound regime and the profiled pass:
@@ -27,6 +30,12 @@ from typing import Any
 from ..core import num, profiles
 
 GIL_MATERIAL = 0.10      # the lock's share of the threads' samples that makes it a cause
+# A profile read by category must be of the client as measured: py-spy (native frames) pauses every
+# thread at each sample, which can slow a many-threaded client severalfold and count its waiting
+# threads as active. Faithful: the profiled window kept at least this share of the plain window's
+# throughput, and its samples were at most this many times its active time at the sampling rate.
+FAITHFUL_THROUGHPUT = 0.5
+FAITHFUL_SAMPLING = 2.0
 Z95 = 1.959964
 MODELS_SIDES = (("async client", "mongo_models", "async_bare", "mongo_models.async"),
                 ("32 threads", "mongo_models", "threads32", "mongo_models.threads"))
@@ -50,6 +59,18 @@ def _shares(got: Mapping, variant: str) -> dict[str, float] | None:
     return None if any(math.isnan(s) for s in shares.values()) else shares
 
 
+def unfaithful(got: Mapping, variant: str) -> str:
+    """'' when `variant`'s profile is faithful (FAITHFUL_*), else why not, in words."""
+    kept = _value(got.get(("profiled", variant, "profiled_over_plain")), "median")
+    sampled = _value(got.get(("profiled", variant, "sampled_over_active")), "median")
+    if math.isnan(kept) or kept < FAITHFUL_THROUGHPUT:
+        return f"py-spy kept {kept:.0%} of its throughput; at least {FAITHFUL_THROUGHPUT:.0%} is needed"
+    if math.isnan(sampled) or sampled > FAITHFUL_SAMPLING:
+        return (f"py-spy sampled {num.sig3(sampled)}× its active time, at most {num.sig3(FAITHFUL_SAMPLING)}× "
+                "allowed: waiting threads were counted as running")
+    return ""
+
+
 def _interval(m: Mapping[str, Any] | None) -> str:
     lo, hi = _value(m, "ci_low"), _value(m, "ci_high")
     return f" [{num.sig3(lo)}, {num.sig3(hi)}]" if not (math.isnan(lo) or math.isnan(hi)) else ""
@@ -64,14 +85,18 @@ def models_gap(summary: Mapping[str, Any]) -> list[str]:
         shares = _shares(got, profiled)
         if math.isnan(cpu) or shares is None:
             return []
-        sides.append((label, cpu, {c: s * cpu for c, s in shares.items()}))
-    (a, a_cpu, a_us), (b, b_cpu, b_us) = sides
+        sides.append((label, cpu, {c: s * cpu for c, s in shares.items()}, unfaithful(got, profiled)))
     lines = [f"- Where the client CPU goes (µs per query, the measured CPU split by the profiled pass's shares): "
-             f"{label} {num.sig3(cpu)}: " + ", ".join(f"{c} {num.sig3(us)}" for c, us in
-                                                    sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5)
-             for label, cpu, by in sides]
+             f"{label} {num.sig3(cpu)}: " + (f"no split, its profile is not faithful ({why})" if why else
+                                             ", ".join(f"{c} {num.sig3(us)}" for c, us in
+                                                       sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5))
+             for label, cpu, by, why in sides]
+    (a, a_cpu, a_us, a_why), (b, b_cpu, b_us, b_why) = sides
     gap = a_cpu - b_cpu
-    lines.append(f"- The gap, {a} − {b}: {num.sig3(gap)} µs per query. " + gap_text(gap, a_us, b_us))
+    lines.append(f"- The gap, {a} − {b}: {num.sig3(gap)} µs per query. "
+                 + ("Not explained: " + "; ".join(f"the profile of the {label} is not faithful"
+                                                   for label, _, _, why in sides if why) + "."
+                    if a_why or b_why else gap_text(gap, a_us, b_us)))
     return lines
 
 
@@ -127,11 +152,13 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
     if len(gil) == len(CPU_SIDES):
         _, t_share, t_n = gil[0]
         low = binomial_low(t_share, t_n)
+        why = unfaithful(got, f"pg_bound.{CPU_SIDES[0][1]}")
         shown = "; ".join(f"{label} {share:.1%} of {n} samples" for label, share, n in gil)
         lines.append("- The interpreter lock's share of the client's profile (pool-bound, the profiled pass): "
                      f"{shown}. "
                      "\"A GIL handoff every time libpq returns\" as a cause of the threads' extra CPU: "
-                     + (f"**holds**: at least {low:.1%} of the threads' samples (95% lower end; rule: "
+                     + (f"**not judged**: the threads' profile is not faithful ({why})." if why else
+                        f"**holds**: at least {low:.1%} of the threads' samples (95% lower end; rule: "
                         f"≥ {GIL_MATERIAL:.0%})." if low >= GIL_MATERIAL else
                         f"**not borne out**: the lock holds {t_share:.1%} of the threads' samples (95% lower end "
                         f"{low:.1%}; rule: ≥ {GIL_MATERIAL:.0%})."))

@@ -145,7 +145,7 @@ WHY_LESSONS = ("001-models", "002-cpu")
 def why_block(summary: Mapping[str, Any]) -> str:
     """The mechanism lines of the lessons that have one (`mechanisms`), and what the profiler cost."""
     by_id = {lesson.id: lesson for lesson in findings.LESSONS}
-    parts = [f"**{by_id[lid].name}** ({lid}):\n" + "\n".join(got)
+    parts = [f"**{by_id[lid].name}** ({lid}): " + " ".join(line.removeprefix("- ") for line in got)
              for lid in WHY_LESSONS if (got := mechanisms.lines(summary, lid))]
     if not parts:
         return "The reference run has no profiled pass yet: the mechanisms appear here once it has one."
