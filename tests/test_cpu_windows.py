@@ -167,12 +167,13 @@ def test_departures_split_client_above_its_own_cores(reference):
     assert "client's" in bad["cpu_check"] and math.isnan(bad["cpu_us_per_req"])
 
 
-@pytest.mark.parametrize("experiment", ["mongo_models", "mongo_pool"])
-def test_every_mongodb_window_carries_littles_law(reference, experiment):
+@pytest.mark.parametrize(("experiment", "allowance_shows"), [("mongo_models", True), ("mongo_pool", False)])
+def test_every_mongodb_window_carries_littles_law(reference, experiment, allowance_shows):
     """Each window of the reference run is checked (not the median); at least 95% hold, and the
-    in-flight share alone (no allowance for the start and the drain) fails more of them, windows the
-    check passes among them (da6c: most; 0dff, a faster client with more requests per window: 6% of
-    mongo_models', 3% of mongo_pool's, against none with the allowance)."""
+    in-flight share alone (no allowance for the start and the drain) fails at least as many, in
+    mongo_models more, windows the check passes among them (da6c: most; 0dff, a faster client with
+    more requests per window: 6% of mongo_models', 3% of mongo_pool's, against none with the
+    allowance; 082e: mongo_pool's windows all pass either way)."""
     _need(reference, experiment)
     t = mongo.closed_loop_summary(reference, experiment)
     assert t["littles_law_ratio"].notna().all()
@@ -180,8 +181,10 @@ def test_every_mongodb_window_carries_littles_law(reference, experiment):
     assert within >= WINDOWS_WITHIN, t.loc[t["littles_law_outside"], ["variant", "repeat", "littles_law_ratio",
                                                                       "littles_law_tolerance"]].to_string()
     naive = (t["in_flight_share"] - 1.0).abs() > t["littles_law_tolerance"]
-    assert naive.mean() > t["littles_law_outside"].mean(), (naive.mean(), t["littles_law_outside"].mean())
-    assert (naive & ~t["littles_law_outside"]).any(), "the allowance passed no window the in-flight share fails"
+    assert naive.mean() >= t["littles_law_outside"].mean(), (naive.mean(), t["littles_law_outside"].mean())
+    if allowance_shows:
+        assert naive.mean() > t["littles_law_outside"].mean(), (naive.mean(), t["littles_law_outside"].mean())
+        assert (naive & ~t["littles_law_outside"]).any(), "the allowance passed no window the in-flight share fails"
 
 
 def test_a_window_that_lost_operations_is_flagged(reference):
