@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import profiles
+from harness.core import profiles, stats
 from harness.judging import mechanisms
 
 LABELS = list(profiles.KEYS)
@@ -82,6 +82,6 @@ def test_the_seed_s_cpu_mechanism_is_read_by_its_rules(threads, uvloop, gil, sam
     assert switch_word in switches and gil_word in lock, (switches, lock)
 
 
-def test_the_binomial_lower_end_is_wilson_s():
-    assert mechanisms.binomial_low(0.5, 100) == pytest.approx(0.4038, abs=1e-4)
-    assert mechanisms.binomial_low(0.0, 100) == pytest.approx(0.0, abs=1e-12)
+def test_the_share_s_lower_end_is_wilson_s():
+    assert stats.share_interval(50, 100)[0] == pytest.approx(0.4038, abs=1e-4)
+    assert stats.share_interval(0, 100)[0] == pytest.approx(0.0, abs=1e-12)

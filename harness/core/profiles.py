@@ -64,7 +64,7 @@ NAMES = (*(name for name, _ in CATEGORIES), OTHER)
 # each category's short name, for metric names and table columns
 KEYS = {GIL: "gil", LOCKS: "locks", SYSCALLS: "syscalls", BSON: "bson", DRIVER_C: "driver_c", DRIVER_PY: "driver_py",
         LOOP: "loop", HARNESS: "harness", OTHER: "other"}
-RATE_HZ = 100   # py-spy's default: its own cost stays a few percent of one core (measured per run)
+RATE_HZ = 100   # py-spy's default; what it costs the client is measured per run (the profiled pass)
 
 
 def read_collapsed(path: Path) -> list[tuple[tuple[str, ...], int]]:

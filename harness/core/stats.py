@@ -494,6 +494,15 @@ def sign_test(values: Sequence[float] | np.ndarray, reference: float,
             "below_share_low": float(down.low), "below_share_high": float(down.high), "confidence": confidence}
 
 
+def share_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson interval at `confidence` for a share of `k` in `n` samples (scipy's binomtest);
+    (NaN, NaN) without samples."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    ci = _sps().binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
 def benjamini_hochberg(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Benjamini-Hochberg q-values (NaN stays NaN and is not counted in the family), by statsmodels.
 

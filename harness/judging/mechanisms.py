@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..core import num, profiles
+from ..core import num, profiles, stats
 
 GIL_MATERIAL = 0.10      # the lock's share of the threads' samples that makes it a cause
 # A profile read by category must be of the client as measured: py-spy (native frames) pauses every
@@ -36,7 +36,6 @@ GIL_MATERIAL = 0.10      # the lock's share of the threads' samples that makes i
 # throughput, and its samples were at most this many times its active time at the sampling rate.
 FAITHFUL_THROUGHPUT = 0.5
 FAITHFUL_SAMPLING = 2.0
-Z95 = 1.959964
 MODELS_SIDES = (("async client", "mongo_models", "async_bare", "mongo_models.async"),
                 ("32 threads", "mongo_models", "threads32", "mongo_models.threads"))
 CPU_SIDES = (("threads + psycopg", "threads_psycopg"), ("uvloop + asyncpg", "uvloop_asyncpg"))
@@ -118,15 +117,6 @@ def gap_text(gap: float, a_us: Mapping[str, float], b_us: Mapping[str, float]) -
     return f"Made of (at least half of it): {', '.join(named)}."
 
 
-def binomial_low(share: float, n: int) -> float:
-    """The lower end of a share's 95% Wilson interval over `n` samples."""
-    if n <= 0:
-        return math.nan
-    centre = share + Z95 ** 2 / (2 * n)
-    spread = Z95 * math.sqrt(share * (1 - share) / n + Z95 ** 2 / (4 * n * n))
-    return (centre - spread) / (1 + Z95 ** 2 / n)
-
-
 def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
     """002-cpu: context switches per request and the interpreter lock's share, against the seed's cause."""
     got = _metrics(summary)
@@ -151,7 +141,7 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
             gil.append((label, share, int(n)))
     if len(gil) == len(CPU_SIDES):
         _, t_share, t_n = gil[0]
-        low = binomial_low(t_share, t_n)
+        low = stats.share_interval(round(t_share * t_n), t_n)[0]   # the share's 95% lower end
         why = unfaithful(got, f"pg_bound.{CPU_SIDES[0][1]}")
         shown = "; ".join(f"{label} {share:.1%} of {n} samples" for label, share, n in gil)
         lines.append("- The interpreter lock's share of the client's profile (pool-bound, the profiled pass): "
