@@ -22,11 +22,11 @@ def _faithful(variant: str, kept: float = 0.9, sampled: float = 1.0) -> list[tup
 
 
 def _models_summary(async_us: float, threads_us: float, async_shares: dict, threads_shares: dict,
-                    threads_kept: float = 0.9) -> dict:
+                    threads_kept: float = 0.9, part: str = "mongo_models") -> dict:
     rows = [("mongo_models", "async_bare", "cpu_us_per_query", async_us, None, None),
             ("mongo_models", "threads32", "cpu_us_per_query", threads_us, None, None),
-            *_faithful("mongo_models.async"), *_faithful("mongo_models.threads", threads_kept)]
-    for variant, shares in (("mongo_models.async", async_shares), ("mongo_models.threads", threads_shares)):
+            *_faithful(f"{part}.async"), *_faithful(f"{part}.threads", threads_kept)]
+    for variant, shares in ((f"{part}.async", async_shares), (f"{part}.threads", threads_shares)):
         rows += [("profiled", variant, f"share_{profiles.KEYS[c]}", s, None, None) for c, s in shares.items()]
     return _summary(rows)
 
@@ -35,9 +35,9 @@ def test_the_gap_is_made_of_the_named_categories_that_widen_it():
     a = {**dict.fromkeys(LABELS, 0.0), profiles.LOOP: 0.5, profiles.DRIVER_PY: 0.3, profiles.OTHER: 0.2}
     t = {**dict.fromkeys(LABELS, 0.0), profiles.GIL: 0.3, profiles.DRIVER_PY: 0.5, profiles.OTHER: 0.2}
     lines = mechanisms.lines(_models_summary(300.0, 200.0, a, t), "001-models")
-    assert len(lines) == 3 and "the gap, async client − 32 threads: 100 µs" in lines[2].lower()
+    assert len(lines) == 2 and "the gap, async client − 32 threads: 100 µs" in lines[1].lower()
     # async: loop 150, driver 90, other 60; threads: GIL 60, driver 100, other 40 -> the loop alone holds 150
-    assert "Made of (at least half of it): the event loop +150.0 µs." in lines[2], lines[2]
+    assert "Made of (at least half of it): the event loop +150.0 µs." in lines[1], lines[1]
 
 
 def test_a_gap_the_named_categories_do_not_hold_is_not_explained():
@@ -50,11 +50,27 @@ def test_a_gap_the_named_categories_do_not_hold_is_not_explained():
 def test_a_profile_the_profiler_distorted_explains_nothing():
     a = {**dict.fromkeys(LABELS, 0.0), profiles.LOOP: 0.5, profiles.DRIVER_PY: 0.3, profiles.OTHER: 0.2}
     lines = mechanisms.lines(_models_summary(300.0, 200.0, a, a, threads_kept=0.2), "001-models")
-    assert "32 threads 200: no split, its profile is not faithful (py-spy kept 20%" in lines[1], lines[1]
-    assert "Not explained: the profile of the 32 threads is not faithful." in lines[2], lines[2]
+    assert "async client 300: (native frames, 100 Hz) the event loop 150" in lines[0], lines[0]
+    assert "32 threads 200: no faithful profile" in lines[0], lines[0]
+    assert "threads: py-spy kept 20% of its throughput" in lines[1], lines[1]
+    assert "Not explained: no one way of profiling was faithful to both models." in lines[2], lines[2]
     got = mechanisms._metrics(_summary(_faithful("v", kept=0.9, sampled=23.5)))
     assert "waiting threads were counted as running" in mechanisms.unfaithful(got, "v")
+    got = mechanisms._metrics(_summary(_faithful("v", kept=0.9, sampled=0.38)))
+    assert "it passed over active threads" in mechanisms.unfaithful(got, "v")
     assert mechanisms.unfaithful(mechanisms._metrics(_summary(_faithful("v"))), "v") == ""
+
+
+def test_the_first_way_of_profiling_faithful_to_both_models_is_the_one_read():
+    native = {**dict.fromkeys(LABELS, 0.0), profiles.GIL: 0.6, profiles.OTHER: 0.4}
+    python = {**dict.fromkeys(LABELS, 0.0), profiles.LOOP: 0.5, profiles.DRIVER_PY: 0.3, profiles.OTHER: 0.2}
+    both = _models_summary(300.0, 200.0, native, native, threads_kept=0.2)
+    both["metrics"] += _models_summary(300.0, 200.0, python, {**python, profiles.LOOP: 0.0, profiles.OTHER: 0.7},
+                                       part="mongo_models_python")["metrics"][2:]
+    lines = mechanisms.lines(both, "001-models")
+    assert "(Python frames only) the event loop 150" in lines[0], lines[0]
+    assert lines[1].startswith("- Profiles not read: native frames, 100 Hz: threads: py-spy kept 20%"), lines[1]
+    assert "Made of (at least half of it): the event loop +150.0 µs." in lines[2], lines[2]
 
 
 def test_without_a_profiled_pass_there_is_no_mechanism_line():
@@ -85,3 +101,17 @@ def test_the_seed_s_cpu_mechanism_is_read_by_its_rules(threads, uvloop, gil, sam
 def test_the_share_s_lower_end_is_wilson_s():
     assert stats.share_interval(50, 100)[0] == pytest.approx(0.4038, abs=1e-4)
     assert stats.share_interval(0, 100)[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_lock_is_judged_on_the_low_rate_profile_when_the_100_hz_one_is_not_faithful():
+    rows = [*_faithful("pg_bound.threads_psycopg", 0.3), *_faithful("pg_bound.uvloop_asyncpg"),
+            *_faithful("pg_bound_low.threads_psycopg", 0.8), *_faithful("pg_bound_low.uvloop_asyncpg")]
+    for part, gil in (("pg_bound", 0.02), ("pg_bound_low", 0.30)):
+        for model in ("threads_psycopg", "uvloop_asyncpg"):
+            rows += [("profiled", f"{part}.{model}", "share_gil", gil if model == "threads_psycopg" else 0.0,
+                      None, None), ("profiled", f"{part}.{model}", "samples", 800, None, None)]
+    (lock,) = mechanisms.lines(_summary(rows), "002-cpu")
+    assert "native frames, low rate): threads + psycopg 30.0% of 800 samples" in lock and "**holds**" in lock, lock
+    unfaithful = [r for r in rows if not (r[1] == "pg_bound_low.threads_psycopg" and r[2] == "profiled_over_plain")]
+    (lock,) = mechanisms.lines(_summary([*unfaithful, *_faithful("pg_bound_low.threads_psycopg", 0.4)]), "002-cpu")
+    assert "**not judged**" in lock and "native frames, low rate: threads_psycopg: py-spy kept 40%" in lock, lock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from types import SimpleNamespace
 
@@ -18,6 +19,7 @@ from harness.core.measure import Window, process_switches
 from harness.experiments import registry
 from harness.experiments.profiled import analysis as profiled
 from harness.experiments.profiled.experiment import EXPERIMENT as PROFILED
+from harness.experiments.profiled.experiment import LOW_RATE, PARTS, PYTHON
 from harness.running import study
 
 
@@ -51,6 +53,25 @@ def test_a_profiled_window_samples_this_process(tmp_path):
     stacks = profiles.read_collapsed(out)
     assert sum(n for _, n in stacks) >= 100
     assert any("test_a_profiled_window_samples_this_process" in f for s, _ in stacks for f in s)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_profile_s_file_name_says_how_it_is_sampled(tmp_path, native):
+    out = profiles.profile_path(tmp_path, "part.model", native=native, rate=50)
+    assert profiles.sampling_of(out) == (native, 50)
+    assert profiles.sampling_of(tmp_path / "p.collapsed", 100) == (True, 100)   # a name that says nothing
+    with Window("v", profile=out) as w:
+        stop = time.perf_counter() + 1.0
+        while time.perf_counter() < stop:
+            sum(i * i for i in range(1000))
+    assert w.profile_error is None
+    stacks = profiles.read_collapsed(out)
+    # 50 a second for a second, give or take py-spy's start; 100 Hz would give about twice as many
+    assert 25 <= sum(n for _, n in stacks) <= 75
+    frames = {f for s, _ in stacks for f in s}
+    # native frames name the interpreter's C functions (`_PyEval_EvalFrameDefault (libpython3.11.so)`),
+    # with no line; a Python frame always names its line
+    assert any(not re.search(r":\d+\)$", f) for f in frames) == native, sorted(frames)[:8]
 
 
 def test_speedscope_keeps_every_stack_and_count(tmp_path):
@@ -108,6 +129,17 @@ def test_the_profiled_pass_profiles_each_model_and_measures_its_own_cost(smoke_r
     expected = {f"{part}.{m}" for part in params["parts"] for m in
                 (params["pg_models"] if part.startswith("pg_") else profiled_models(part))}
     assert set(windows["variant"]) == expected
+    # each part sampled the way it says: native frames (at its rate) or Python frames only
+    sampled = windows[windows["profiled"].astype(bool)].set_index("variant")
+    for variant, row in sampled.iterrows():
+        _, how, _ = PARTS[variant.split(".")[0]]
+        assert row["sampling"] == how, variant
+        assert row["rate_hz"] == (params["low_rate_hz"] if how == LOW_RATE else params["rate_hz"]), variant
+    python_only = [v for v in sampled.index if sampled.loc[v, "sampling"] == PYTHON]
+    assert python_only, "the smoke run profiles Python frames only somewhere"
+    for variant in python_only:   # without native frames no sample names the interpreter's C code
+        frames = {f for stack, _ in profiled.stacks(smoke_run, variant) for f in stack}
+        assert frames and all(re.search(r":\d+\)$", f) for f in frames), (variant, sorted(frames)[:5])
     # each model: one plain and one profiled window, the profiler never in the plain one
     for variant, g in windows.groupby("variant"):
         assert sorted(g["profiled"].astype(bool)) == [False, True], variant
@@ -128,7 +160,7 @@ def test_the_profiled_pass_profiles_each_model_and_measures_its_own_cost(smoke_r
 def profiled_models(part: str) -> tuple[str, ...]:
     from harness.experiments.profiled.experiment import CURSOR_MODELS, MONGO_MODELS
 
-    return MONGO_MODELS if part == "mongo_models" else CURSOR_MODELS
+    return MONGO_MODELS if PARTS[part][0] == "mongo_models" else CURSOR_MODELS
 
 
 def test_no_measured_experiment_ran_under_the_profiler(smoke_run):
@@ -144,6 +176,7 @@ def test_no_measured_experiment_ran_under_the_profiler(smoke_run):
 
 def test_the_report_shows_flame_graphs_with_their_largest_shares(smoke_report):
     page = smoke_report.index.read_text()
-    for title in profiled.PART_TITLES.values():
+    parts = smoke_report.run.experiments["profiled"]["params"]["parts"]
+    for title in (profiled.PART_TITLES[part] for part in parts):
         assert f'alt="Figure: Flame graphs, {title}:' in page.replace("&#x27;", "'"), title
     assert "largest shares" in page

@@ -414,6 +414,41 @@ def test_every_embedded_image_gets_its_sections_description_as_alt_text():
     assert report.with_alt_text(body, alts[:1]) == body
 
 
+def test_the_pages_pngs_are_stored_with_a_palette_when_that_is_smaller(tmp_path):
+    """Each PNG of the page is re-encoded with 256 colours, onto white: it still decodes, to the same
+    size in pixels, in fewer bytes; what is not a readable PNG is left as it is."""
+    import base64
+    import io
+
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    fig = Figure(figsize=(4, 3), dpi=100)
+    ax = fig.subplots()
+    for k in range(12):
+        ax.plot([math.sin(x / 7 + k) * (k + 1) for x in range(200)], lw=0.8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", transparent=True)   # RGBA, antialiased: thousands of colours
+    png = buf.getvalue()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## A figure\n\nLines."),
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
+            "display_data", data={"image/png": base64.b64encode(png).decode()})])])
+    page = report.export_html(nb, tmp_path / "index.html").read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(embedded) == 1
+    stored = base64.b64decode(embedded[0])
+    with Image.open(io.BytesIO(stored)) as im, Image.open(io.BytesIO(png)) as original:
+        im.load()
+        assert im.format == "PNG" and im.mode == "P" and im.size == original.size
+        assert len(im.getcolors(256) or []) <= 256
+        corner = im.convert("RGB").getpixel((0, 0))
+    assert corner == (255, 255, 255), "transparency composited onto white"
+    assert len(stored) < len(png), (len(stored), len(png))
+    assert report.with_palette_pngs('<img src="data:image/png;base64,AAA">') == '<img src="data:image/png;base64,AAA">'
+    assert report.palette_png(stored) is stored or len(report.palette_png(stored)) < len(stored)
+
+
 def test_a_run_of_some_experiments_gets_the_notebooks_that_read_them():
     """The findings and the summary read any run; a family's notebook only a run with one of the
     experiments that declare it (a kernel and its imports saved per notebook left out)."""

@@ -80,10 +80,10 @@ class Window:
     core to wait (a socket read, a lock, a sleep), `ctx_involuntary` one preempted while it could
     still run.
 
-    With `profile` (a file), py-spy samples this process for the window at `profile_rate` Hz with
-    native frames, as collapsed stacks (`core.profiles`); it is stopped after the window's
-    readings, so its shutdown is not in them, but its sampling is: a profiled window is never a
-    measured one.
+    With `profile` (a file), py-spy samples this process for the window as the file's name asks
+    (`profiles.sampling_of`; else native frames at `profile_rate` Hz), as collapsed stacks; it is
+    stopped after the window's readings, so its shutdown is not in them, but its sampling is: a
+    profiled window is never a measured one.
 
     Used as a context manager by experiments; a monitor thread that must not block a saturated
     event loop calls `open()`/`close()` itself.

@@ -65,6 +65,23 @@ NAMES = (*(name for name, _ in CATEGORIES), OTHER)
 KEYS = {GIL: "gil", LOCKS: "locks", SYSCALLS: "syscalls", BSON: "bson", DRIVER_C: "driver_c", DRIVER_PY: "driver_py",
         LOOP: "loop", HARNESS: "harness", OTHER: "other"}
 RATE_HZ = 100   # py-spy's default; what it costs the client is measured per run (the profiled pass)
+# How a profile is taken travels in its file's name (`profile_<variant>.native-100hz.collapsed`):
+# the workloads pass a profile's path through to `measure.Window` unchanged, so the profiled pass
+# can choose native frames or Python frames only, and the rate, without the workloads' code (and
+# so the measured experiments' versions) knowing. Python frames only are read without pausing the
+# process (`--nonblocking`): the way to profile a client of many threads that pausing slows down.
+_SAMPLING = re.compile(r"\.(native|python)-(\d+)hz\.collapsed$")
+
+
+def profile_path(folder: Path, variant: str, native: bool = True, rate: int = RATE_HZ) -> Path:
+    """Where `variant`'s profile goes, its name saying how it is sampled (`sampling_of`)."""
+    return Path(folder) / f"profile_{variant}.{'native' if native else 'python'}-{int(rate)}hz.collapsed"
+
+
+def sampling_of(out: Path, rate: int = RATE_HZ) -> tuple[bool, int]:
+    """(native frames?, samples a second) that `out`'s name asks for; native at `rate` when it names none."""
+    m = _SAMPLING.search(Path(out).name)
+    return (m.group(1) == "native", int(m.group(2))) if m else (True, rate)
 
 
 def read_collapsed(path: Path) -> list[tuple[tuple[str, ...], int]]:
@@ -162,9 +179,11 @@ def record_argv(out: Path, rate: int = 100, native: bool = True, pid: int | None
 
 
 def attach(pid: int, out: Path, rate: int = RATE_HZ) -> subprocess.Popen:
-    """Start py-spy sampling `pid` (native frames on) into `out` until `detach`."""
+    """Start py-spy sampling `pid` into `out` until `detach`: as `out`'s name asks (`sampling_of`),
+    else native frames on at `rate`."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(record_argv(Path(out), rate, native=True, pid=pid), stdin=subprocess.DEVNULL,
+    native, rate = sampling_of(Path(out), rate)
+    return subprocess.Popen(record_argv(Path(out), rate, native=native, pid=pid), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -6,8 +6,10 @@
   categories (every one but `other`) that widen the gap, largest first, until they hold half of it;
   if all of them together hold less than half, the gap is "not explained".
 - Either reads a profile only where it is faithful (`unfaithful`): py-spy kept at least half of the
-  model's throughput and sampled at most twice its active time; else the line says so, and the gap
-  is "not explained" or the GIL "not judged".
+  model's throughput and sampled between half and twice its active time. The pass profiles each comparison
+  more than one way (native frames at 100 Hz, then at a low rate or Python frames only); the first
+  way, in that order, whose profiles are all faithful is the one read, and the line names it; when
+  none is, the line says why, and the gap is "not explained" or the GIL "not judged".
 - 002-cpu: the seed explains the threads' extra CPU by "a GIL handoff every time libpq returns, an
   OS context switch per wake-up, and 200 threads competing for one interpreter". Its two countable
   parts are read against pg_models' pool-bound regime and the profiled pass:
@@ -36,9 +38,16 @@ GIL_MATERIAL = 0.10      # the lock's share of the threads' samples that makes i
 # throughput, and its samples were at most this many times its active time at the sampling rate.
 FAITHFUL_THROUGHPUT = 0.5
 FAITHFUL_SAMPLING = 2.0
-MODELS_SIDES = (("async client", "mongo_models", "async_bare", "mongo_models.async"),
-                ("32 threads", "mongo_models", "threads32", "mongo_models.threads"))
+# ... and at least this many times: a profile read without pausing the process (Python frames only)
+# can pass over a thread that is active, and then its shares are of only part of the active time
+# (set before the first run that profiled Python frames only; every faithful profile before it: ≥ 0.86)
+FAITHFUL_SAMPLING_MIN = 0.5
+MODELS_SIDES = (("async client", "mongo_models", "async_bare", "async"),
+                ("32 threads", "mongo_models", "threads32", "threads"))
 CPU_SIDES = (("threads + psycopg", "threads_psycopg"), ("uvloop + asyncpg", "uvloop_asyncpg"))
+# the profiled pass's parts for each comparison, in the order they are tried, and how each samples
+MODELS_PARTS = (("mongo_models", "native frames, 100 Hz"), ("mongo_models_python", "Python frames only"))
+GIL_PARTS = (("pg_bound", "native frames, 100 Hz"), ("pg_bound_low", "native frames, low rate"))
 BOUND = "bound.pool20"
 
 
@@ -67,7 +76,30 @@ def unfaithful(got: Mapping, variant: str) -> str:
     if math.isnan(sampled) or sampled > FAITHFUL_SAMPLING:
         return (f"py-spy sampled {num.sig3(sampled)}× its active time, at most {num.sig3(FAITHFUL_SAMPLING)}× "
                 "allowed: waiting threads were counted as running")
+    if sampled < FAITHFUL_SAMPLING_MIN:
+        return (f"py-spy sampled {num.sig3(sampled)}× its active time, at least {num.sig3(FAITHFUL_SAMPLING_MIN)}× "
+                "needed: it passed over active threads")
     return ""
+
+
+def _measured(got: Mapping, variant: str) -> bool:
+    return ("profiled", variant, "profiled_over_plain") in got
+
+
+def _first_faithful(got: Mapping, parts: tuple[tuple[str, str], ...], models: tuple[str, ...]) \
+        -> tuple[str, str, list[str]]:
+    """(part, how it sampled, why each part tried before it was not faithful) of the first part whose
+    profiles of `models` are all faithful, else ("", "", why each part was not); parts the run did
+    not measure are passed over."""
+    whys = []
+    for part, how in parts:
+        if not any(_measured(got, f"{part}.{m}") for m in models):
+            continue
+        why = "; ".join(f"{m}: {w}" for m in models if (w := unfaithful(got, f"{part}.{m}")))
+        if not why:
+            return part, how, whys
+        whys.append(f"{how}: {why}")
+    return "", "", whys
 
 
 def _interval(m: Mapping[str, Any] | None) -> str:
@@ -78,24 +110,32 @@ def _interval(m: Mapping[str, Any] | None) -> str:
 def models_gap(summary: Mapping[str, Any]) -> list[str]:
     """001-models: µs of client CPU per query by category for both models, and what makes the gap."""
     got = _metrics(summary)
+    models = tuple(m for *_, m in MODELS_SIDES)
+    part, how, whys = _first_faithful(got, MODELS_PARTS, models)
+    if not part and not whys:
+        return []
     sides = []
-    for label, exp, variant, profiled in MODELS_SIDES:
+    for label, exp, variant, model in MODELS_SIDES:
         cpu = _value(got.get((exp, variant, "cpu_us_per_query")))
-        shares = _shares(got, profiled)
-        if math.isnan(cpu) or shares is None:
+        if math.isnan(cpu):
             return []
-        sides.append((label, cpu, {c: s * cpu for c, s in shares.items()}, unfaithful(got, profiled)))
-    lines = [f"- Where the client CPU goes (µs per query, the measured CPU split by the profiled pass's shares): "
-             f"{label} {num.sig3(cpu)}: " + (f"no split, its profile is not faithful ({why})" if why else
-                                             ", ".join(f"{c} {num.sig3(us)}" for c, us in
-                                                       sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5))
-             for label, cpu, by, why in sides]
-    (a, a_cpu, a_us, a_why), (b, b_cpu, b_us, b_why) = sides
+        # the comparison's faithful part, else this model's own first faithful profile (shown, not compared)
+        own = part or _first_faithful(got, MODELS_PARTS, (model,))[0]
+        shares = _shares(got, f"{own}.{model}") if own else None
+        sides.append((label, cpu, {c: s * cpu for c, s in (shares or {}).items()}, dict(MODELS_PARTS).get(own, "")))
+    lines = ["- Where the client CPU goes (µs per query, the measured CPU split by the profiled pass's shares): "
+             + "; ".join(f"{label} {num.sig3(cpu)}: " +
+                         (f"({own_how}) " + ", ".join(f"{c} {num.sig3(us)}" for c, us in
+                                                      sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5)
+                          if by else "no faithful profile")
+                         for label, cpu, by, own_how in sides) + "."]
+    if whys:
+        lines.append(f"- Profiles not read: {'; '.join(whys)}.")
+    (a, a_cpu, a_us, _), (b, b_cpu, b_us, _) = sides
     gap = a_cpu - b_cpu
     lines.append(f"- The gap, {a} − {b}: {num.sig3(gap)} µs per query. "
-                 + ("Not explained: " + "; ".join(f"the profile of the {label} is not faithful"
-                                                   for label, _, _, why in sides if why) + "."
-                    if a_why or b_why else gap_text(gap, a_us, b_us)))
+                 + (gap_text(gap, a_us, b_us) if part else
+                    "Not explained: no one way of profiling was faithful to both models."))
     return lines
 
 
@@ -133,18 +173,23 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
                      + ("**holds**: the threads switch at least once a request, more than uvloop + asyncpg."
                         if holds else "**not borne out** by these counts (rule: the threads' interval at least 1 "
                                       "and above uvloop + asyncpg's)."))
+    threads = CPU_SIDES[0][1]
+    faithful, _, whys = _first_faithful(got, GIL_PARTS, (threads,))
+    # shown: the faithful part's profile, else the last one measured (shown, not judged)
+    part = faithful or next((p for p, _ in reversed(GIL_PARTS) if _measured(got, f"{p}.{threads}")), "")
+    how = dict(GIL_PARTS).get(part, "")
+    why = "" if faithful else "; ".join(whys)
     gil = []
     for label, model in CPU_SIDES:
-        share = _value(got.get(("profiled", f"pg_bound.{model}", f"share_{profiles.KEYS[profiles.GIL]}")), "median")
-        n = _value(got.get(("profiled", f"pg_bound.{model}", "samples")), "median")
+        share = _value(got.get(("profiled", f"{part}.{model}", f"share_{profiles.KEYS[profiles.GIL]}")), "median")
+        n = _value(got.get(("profiled", f"{part}.{model}", "samples")), "median")
         if not (math.isnan(share) or math.isnan(n)) and n > 0:
             gil.append((label, share, int(n)))
     if len(gil) == len(CPU_SIDES):
         _, t_share, t_n = gil[0]
         low = stats.share_interval(round(t_share * t_n), t_n)[0]   # the share's 95% lower end
-        why = unfaithful(got, f"pg_bound.{CPU_SIDES[0][1]}")
         shown = "; ".join(f"{label} {share:.1%} of {n} samples" for label, share, n in gil)
-        lines.append("- The interpreter lock's share of the client's profile (pool-bound, the profiled pass): "
+        lines.append(f"- The interpreter lock's share of the client's profile (pool-bound, the profiled pass, {how}): "
                      f"{shown}. "
                      "\"A GIL handoff every time libpq returns\" as a cause of the threads' extra CPU: "
                      + (f"**not judged**: the threads' profile is not faithful ({why})." if why else

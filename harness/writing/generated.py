@@ -149,11 +149,18 @@ def why_block(summary: Mapping[str, Any]) -> str:
              for lid in WHY_LESSONS if (got := mechanisms.lines(summary, lid))]
     if not parts:
         return "The reference run has no profiled pass yet: the mechanisms appear here once it has one."
-    cost = [float(m["median"]) for (variant, metric), m in _metrics(summary, "profiled").items()
-            if metric == "profiled_over_plain" and num.finite(m.get("median")) is not None]
+    figures = _metrics(summary, "profiled")
+    cost: dict[str, list[float]] = {}
+    for (variant, metric), m in figures.items():
+        if metric == "profiled_over_plain" and num.finite(m.get("median")) is not None:
+            native = num.finite((figures.get((variant, "native_frames")) or {}).get("median"))
+            rate = num.finite((figures.get((variant, "rate_hz")) or {}).get("median"))
+            way = ("Python frames only" if native == 0 else "native frames") + (f", {rate:g} Hz" if rate else "")
+            cost.setdefault(way, []).append(float(m["median"]))
     if cost:
-        parts.append(f"The profiler (py-spy, native frames, 100 Hz) kept {min(cost):.0%}–{max(cost):.0%} of each "
-                     f"model's throughput in its window; no verdict reads a profiled window.")
+        parts.append("The profiler (py-spy) kept " + "; ".join(f"{min(c):.0%}–{max(c):.0%} ({way})" for way, c in
+                                                              sorted(cost.items())) +
+                     " of each model's throughput in its window; no verdict reads a profiled window.")
     return "\n\n".join(parts)
 
 

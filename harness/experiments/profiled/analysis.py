@@ -8,8 +8,10 @@
 - samples, share_<category>: the profiled window's samples and each category's share of them
   (`core.profiles`); cpu_us_<category>: that share of the plain window's CPU per operation;
 - sampled_over_active: the samples over the profiled window's active time (CPU + run-queue wait)
-  times the sampling rate: 1 when py-spy sampled every active moment once (it counts a runnable
-  thread as active, `core.profiles`).
+  times its sampling rate (`rate_hz`): 1 when py-spy sampled every active moment once (it counts a
+  runnable thread as active, `core.profiles`);
+- sampling, rate_hz, native_frames: how the profiled window was sampled (native frames, at the low
+  rate, or Python frames only; `experiments.profiled`), native_frames 1 or 0.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ def _window(w: pd.Series) -> dict[str, float]:
 
 PART_TITLES = {"pg_fast": "PostgreSQL, fast queries (002-cpu)", "pg_bound": "PostgreSQL, pool-bound (002-bound)",
                "mongo_models": "PyMongo: 32 threads against async (001-models)",
-               "mongo_cursor": "A large cursor: default batches against batch_size (001-cursor)"}
+               "mongo_cursor": "A large cursor: default batches against batch_size (001-cursor)",
+               "pg_bound_low": "PostgreSQL, pool-bound, native frames at the low rate (002-cpu)",
+               "pg_fast_python": "PostgreSQL, fast queries, Python frames only (002-cpu)",
+               "mongo_models_python": "PyMongo: 32 threads against async, Python frames only (001-models)"}
 
 
 def stacks(run: Run, variant: str) -> list[tuple[tuple[str, ...], int]]:
@@ -73,16 +78,21 @@ def variant_figures(run: Run) -> pd.DataFrame:
                                                                    math.nan)
         b = _window(profiled.iloc[0]) if len(profiled) else {"throughput": math.nan, "cpu_us": math.nan,
                                                              "active_s": math.nan}
+        # earlier runs sampled every profile natively at the pass's one rate and did not say so
+        how = profiled.iloc[0] if len(profiled) else pd.Series(dtype=object)
+        sampling = str(how.get("sampling") or "native") if len(profiled) else ""
+        hz = float(how.get("rate_hz") or rate) if len(profiled) else math.nan
         row = {"variant": variant, "repeat": rep, "part": g["part"].iloc[0], "model": g["model"].iloc[0],
                "throughput_plain": a["throughput"], "throughput_profiled": b["throughput"],
                "profiled_over_plain": b["throughput"] / a["throughput"] if a["throughput"] else math.nan,
                "cpu_us_per_op": a["cpu_us"], "cpu_us_per_op_profiled": b["cpu_us"],
-               "ctx_vol_per_op": a["ctx_vol"], "ctx_invol_per_op": a["ctx_invol"]}
+               "ctx_vol_per_op": a["ctx_vol"], "ctx_invol_per_op": a["ctx_invol"], "sampling": sampling,
+               "rate_hz": hz, "native_frames": float(sampling != "python") if sampling else math.nan}
         mine = shares[(shares["variant"] == variant) & (shares["repeat"] == rep)] if not shares.empty else shares
         if len(mine):
             by_key = mine.set_index("category")
             row["samples"] = int(by_key["samples"].sum())
-            row["sampled_over_active"] = row["samples"] / (rate * b["active_s"]) if b["active_s"] else math.nan
+            row["sampled_over_active"] = row["samples"] / (hz * b["active_s"]) if b["active_s"] else math.nan
             for k in KEYS:
                 share = float(by_key["share"].get(k, 0.0))
                 row[f"share_{k}"] = share

@@ -2,8 +2,12 @@
 
 The measured experiments say how much CPU each client model spends per request; this pass says
 where it goes. For each part below, every model runs twice back to back with the same workload and
-parameters: a plain window, then one with py-spy sampling the client process (native frames on,
-`rate_hz` samples a second; `measure.Window`), the order alternating from one model to the next.
+parameters: a plain window, then one with py-spy sampling the client process (`measure.Window`),
+the order alternating from one model to the next. A part samples native frames at `rate_hz`
+(pausing the process at each sample), native frames at `low_rate_hz`, or Python frames only at
+`rate_hz` without pausing it (`--nonblocking`): pausing a client of many threads at 100 Hz slowed
+it severalfold on the first profiled reference (32 threads kept 14% of their throughput, 200
+threads 10–31%), and a profile of a client slowed that much is not of the client as measured.
 
 - `pg_fast`: the four PostgreSQL models of seed 002, fast queries (pg_models' fast regime; 002-cpu);
 - `pg_bound`: the same models on a pool-bound regime, `pg_bound_ms` of database time per request
@@ -12,7 +16,10 @@ parameters: a plain window, then one with py-spy sampling the client process (na
 - `mongo_models`: 32 threads on a synchronous MongoClient against 200 asyncio tasks on
   AsyncMongoClient with a 10-connection pool (001-models);
 - `mongo_cursor`: one task draining the orders collection with the server's default batches
-  against `batch_size=1000`, again and again for the window (001-cursor).
+  against `batch_size=1000`, again and again for the window (001-cursor);
+- `pg_bound_low`: pg_bound with native frames at `low_rate_hz` (the interpreter lock's share needs
+  native frames);
+- `pg_fast_python`, `mongo_models_python`: pg_fast and mongo_models, Python frames only.
 
 Tables: `windows` (one per model and window, `profiled` saying which; the client's CPU and
 context switches as every window has them), `profiles` (the profiled window's samples by category,
@@ -48,7 +55,12 @@ from ..mongo.workload import (
 from ..postgres.workload import SEED_MODELS, VariantSpec, find_postmaster, measure_in_child
 from .analysis import variant_figures
 
-PARTS = {"pg_fast": "002-cpu", "pg_bound": "002-bound", "mongo_models": "001-models", "mongo_cursor": "001-cursor"}
+NATIVE, LOW_RATE, PYTHON = "native", "native, low rate", "python"
+# part: (the workload it runs, how it is sampled, the lesson it explains)
+PARTS = {"pg_fast": ("pg_fast", NATIVE, "002-cpu"), "pg_bound": ("pg_bound", NATIVE, "002-bound"),
+         "mongo_models": ("mongo_models", NATIVE, "001-models"), "mongo_cursor": ("mongo_cursor", NATIVE, "001-cursor"),
+         "pg_bound_low": ("pg_bound", LOW_RATE, "002-cpu"), "pg_fast_python": ("pg_fast", PYTHON, "002-cpu"),
+         "mongo_models_python": ("mongo_models", PYTHON, "001-models")}
 MONGO_MODELS = ("threads", "async")
 CURSOR_MODELS = ("default", "batch")
 CHILD_OVERHEAD_S = 60.0
@@ -71,13 +83,14 @@ class ProfiledParams(Params):
     duration_s: float = 5.0
     warmup_s: float = 1.0
     rate_hz: int = profiles.RATE_HZ
+    low_rate_hz: int = 20
     seed: int = 20261130
     timeout_s: float = 1800.0
 
     def validate(self) -> None:
         super().validate()
         self.require_positive("pg_pool", "pg_clients", "rows", "mongo_threads", "mongo_tasks", "mongo_pool",
-                              "cursor_batch", "documents", "duration_s", "rate_hz")
+                              "cursor_batch", "documents", "duration_s", "rate_hz", "low_rate_hz")
         self.require_choice("parts", tuple(PARTS))
         self.require_choice("pg_models", SEED_MODELS)
 
@@ -98,7 +111,10 @@ class Profiled(Experiment):
         "smoke": {"documents": DOCUMENTS["smoke"], "duration_s": 0.6, "warmup_s": 0.2, "rows": 10_000,
                   "pg_models": ("threads_psycopg", "asyncio_asyncpg"), "pg_clients": 8, "pg_pool": 4,
                   "mongo_threads": 4, "mongo_tasks": 20, "mongo_pool": 4, "cursor_batch": 100,
-                  "timeout_s": 600.0},
+                  "timeout_s": 600.0,
+                  # each workload and both ways of sampling once (the low rate is native sampling at
+                  # another rate, and leaves a pool-bound smoke window of 0.6 s without a sample)
+                  "parts": ("pg_fast", "pg_fast_python", "mongo_models", "mongo_models_python", "mongo_cursor")},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 1, "seed": 1}
     headline = (Metric("profiled_over_plain", "ratio", "higher"),)   # the profiler's own cost first
@@ -113,7 +129,8 @@ class Profiled(Experiment):
                Metric("profiled_over_plain", "ratio", "higher"), Metric("cpu_us_per_op", "us", "lower"),
                Metric("cpu_us_per_op_profiled", "us", "lower"), Metric("ctx_vol_per_op", "switches", ""),
                Metric("ctx_invol_per_op", "switches", ""), Metric("samples", "count", ""),
-               Metric("sampled_over_active", "ratio", ""),
+               Metric("sampled_over_active", "ratio", ""), Metric("rate_hz", "Hz", ""),
+               Metric("native_frames", "flag", ""),
                Metric("share_{category}", "share", ""), Metric("cpu_us_{category}", "us", ""))
 
     def datasets(self, p: ProfiledParams) -> list:
@@ -126,6 +143,7 @@ class Profiled(Experiment):
         for _, r in variant_figures(run).iterrows():
             for m in ("throughput_plain", "throughput_profiled", "profiled_over_plain", "cpu_us_per_op",
                       "cpu_us_per_op_profiled", "ctx_vol_per_op", "ctx_invol_per_op", "samples", "sampled_over_active",
+                      "rate_hz", "native_frames",
                       *(f"share_{k}" for k in CATEGORY_KEYS), *(f"cpu_us_{k}" for k in CATEGORY_KEYS)):
                 rows.put(r["variant"], m, r["repeat"], r.get(m))
 
@@ -137,20 +155,24 @@ class Profiled(Experiment):
     def _parts(self, ctx: Context, p: ProfiledParams) -> None:
         k = 0
         for part in p.parts:
-            for model in (p.pg_models if part.startswith("pg_") else
-                          MONGO_MODELS if part == "mongo_models" else CURSOR_MODELS):
+            workload = PARTS[part][0]
+            for model in (p.pg_models if workload.startswith("pg_") else
+                          MONGO_MODELS if workload == "mongo_models" else CURSOR_MODELS):
                 for profiled in ((False, True) if k % 2 == 0 else (True, False)):
                     self._window(ctx, part, model, profiled)
                 k += 1
 
     def _window(self, ctx: Context, part: str, model: str, profiled: bool) -> None:
+        p: ProfiledParams = ctx.params
         variant = f"{part}.{model}"
-        out = ctx.artifacts / f"profile_{variant}.collapsed" if profiled else None
-        ctx.log.info("running %s%s", variant, " under py-spy" if profiled else "")
+        workload, sampling, _lesson = PARTS[part]
+        rate = p.low_rate_hz if sampling == LOW_RATE else p.rate_hz
+        out = profiles.profile_path(ctx.artifacts, variant, native=sampling != PYTHON, rate=rate) if profiled else None
+        ctx.log.info("running %s%s", variant, f" under py-spy ({sampling}, {rate} Hz)" if profiled else "")
         try:
-            if part.startswith("pg_"):
-                window = self._pg(ctx, part, model, out)
-            elif part == "mongo_models":
+            if workload.startswith("pg_"):
+                window = self._pg(ctx, workload, variant, model, out)
+            elif workload == "mongo_models":
                 window = self._mongo(ctx, model, out)
             else:
                 window = self._cursor(ctx, model, out)
@@ -161,7 +183,8 @@ class Profiled(Experiment):
             return
         error = str(window.pop("profile_error", "") or "")
         ctx.record("windows", [{**window, "variant": variant, "part": part, "model": model, "profiled": profiled,
-                                "profile_error": error}])
+                                "profile_error": error, "sampling": sampling if profiled else "",
+                                "rate_hz": rate if profiled else 0}])
         if out is not None and not error:
             stacks = profiles.read_collapsed(out)
             got = profiles.counts(stacks)
@@ -174,16 +197,16 @@ class Profiled(Experiment):
         if out is not None:
             out.unlink(missing_ok=True)
 
-    def _pg(self, ctx: Context, part: str, model: str, out: Path | None) -> dict[str, Any]:
+    def _pg(self, ctx: Context, workload: str, variant: str, model: str, out: Path | None) -> dict[str, Any]:
         p: ProfiledParams = ctx.params
         pid, _how = find_postmaster(ctx.servers.postgres_dsn, ctx.servers.postgres.pids)
-        slow_ms = p.pg_bound_ms if part == "pg_bound" else 0.0
-        spec = VariantSpec(variant=f"{part}.{model}", model=model, dsn=ctx.servers.postgres_dsn, pool=p.pg_pool,
+        slow_ms = p.pg_bound_ms if workload == "pg_bound" else 0.0
+        spec = VariantSpec(variant=variant, model=model, dsn=ctx.servers.postgres_dsn, pool=p.pg_pool,
                            clients=p.pg_clients, slow_ms=slow_ms, warmup_s=p.warmup_s, duration_s=p.duration_s,
                            rows=p.rows, seed=p.seed, calibration_requests=0, postmaster_pid=pid,
-                           regime=part.removeprefix("pg_"), profile=str(out) if out else "")
+                           regime=workload.removeprefix("pg_"), profile=str(out) if out else "")
         timeout = p.warmup_s + p.duration_s + CHILD_OVERHEAD_S
-        result, child = measure_in_child(ctx, spec, timeout, f"{part}_{model}{'_profiled' if out else ''}")
+        result, child = measure_in_child(ctx, spec, timeout, f"{variant.replace('.', '_')}{'_profiled' if out else ''}")
         if result is None:
             raise RuntimeError(child.error or "the child returned no result")
         return {k: v for k, v in result["window"].items() if not isinstance(v, (list, dict))}
