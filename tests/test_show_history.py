@@ -191,11 +191,19 @@ def test_promote_makes_a_new_run_the_reference_and_keeps_the_old_ones_summary(tm
     old, new = "20261130T000000Z-full-aaaa", "20261201T000000Z-full-bbbb"
     _put(tmp_path, "reference", old, _manifest(old), _summary_v1(old), raw=True)
     _put(tmp_path, "runs", new, _manifest(new, version="v2"), _summary_v2(new), raw=True)
+    executed = tmp_path / "runs" / new / "report" / "notebooks"
+    executed.mkdir(parents=True)
+    (executed / "00_findings.ipynb").write_text("{}")
+    (executed.parent / "index.html").write_text("<html></html>")
     os.symlink(new, tmp_path / "runs" / "latest")
     with pytest.raises(HarnessError, match="only a new run can be promoted"):
         store.promote(old, tmp_path)
     out = CliRunner().invoke(cli.cli, ["promote", new, "--data-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
+    # the report keeps its page; the executed notebooks it was made from are not kept twice
+    report = tmp_path / "reference" / new / "report"
+    assert (report / "index.html").is_file() and not (report / "notebooks").exists()
+    assert "executed notebooks left out" in out.output
     assert sorted(p.name for p in (tmp_path / "reference").iterdir()) == [new]
     assert sorted(p.name for p in (tmp_path / "history" / old).iterdir()) == ["manifest.json.gz", "summary.json.gz"]
     assert (tmp_path / "runs" / old / "mongo_pool" / "r0").is_dir(), "the old reference's raw data is kept aside"

@@ -447,8 +447,9 @@ def timing_lines(manifest: Mapping[str, Any]) -> list[str]:
 def promote(run_ref: str, data_dir: Path | None = None, force: bool = False) -> list[str]:
     """Make run `run_ref` the reference (`store.promote`), one line per move: first the old
     reference's summary written if it has none (history keeps only its summary), then the moves,
-    then its report's figures adopted as the citable ones (`figures.adopt`). Refused, before anything
-    moves, when it measured the reference's experiment versions, unless `force`."""
+    then its report's figures adopted as the citable ones (`figures.adopt`) and its executed notebooks
+    left out (the page holds their outputs; `harness report` executes them again). Refused, before
+    anything moves, when it measured the reference's experiment versions, unless `force`."""
     new = store.open_run(run_ref, data_dir)   # by id from here: a path to it moves with it
     current = store.list_runs(data_dir, where=("reference",))
     if current and not force and store.experiment_versions(new.manifest) \
@@ -469,6 +470,10 @@ def promote(run_ref: str, data_dir: Path | None = None, force: bool = False) -> 
         adopted = figures.adopt(reference.path / figures.RUN_FIGURES, reference.path, report.FIGURES_DIR)
         lines += adopted or [f"{reference.id} has no report figures yet: `harness report {reference.id}` "
                              f"writes them to {report.FIGURES_DIR}"]
+    executed = reference.path / "report" / "notebooks"
+    if executed.is_dir():   # each fact once: the report's page holds what they show
+        shutil.rmtree(executed)
+        lines.append(f"{reference.id}: executed notebooks left out of the reference (its report page holds them)")
     return lines
 
 
