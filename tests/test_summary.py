@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from harness import __main__ as cli
 from harness.core import calibration, stats, store
-from harness.judging import summary
+from harness.judging import claims, summary
 from harness.reading import compare, readout
 
 METRIC_KEYS = {"experiment", "variant", "metric", "unit", "estimate", "median", "ci_low", "ci_high", "ci_level",
@@ -49,7 +49,7 @@ def test_throughputs_are_normalised_by_the_matching_ceiling(tmp_path):
     ] + [
         {"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
          "repeat": k, "value": 1.0, "better": "lower", "bottleneck": ""} for k in range(3)])
-    rows = {(r["experiment"], r["metric"]): r for r in summary.metric_rows(run, frame)}
+    rows = {(r["experiment"], r["metric"]): r for r in summary.metric_rows(claims.measured(run, frame))}
     assert all(METRIC_KEYS <= set(r) for r in rows.values())
     pg = rows[("pg_models", "rps")]
     assert pg["normalised"] == pytest.approx(500.0 / 1000.0) and pg["normalised_by"] == "pgbench"
@@ -69,7 +69,7 @@ def test_each_metric_publishes_the_estimate_its_interval_belongs_to(tmp_path):
     values = [1.0] * 5 + [2.0] * 4
     frame = pd.DataFrame([{"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
                            "repeat": k, "value": v, "better": "lower", "bottleneck": ""} for k, v in enumerate(values)])
-    (row,) = summary.metric_rows(run, frame)
+    (row,) = summary.metric_rows(claims.measured(run, frame))
     assert row["estimate"] == pytest.approx(stats.summarise(values)["estimate"])
     assert row["ci_low"] <= row["estimate"] <= row["ci_high"] and row["ci_level"] == pytest.approx(0.95)
     assert row["median"] == 1.0 < row["ci_low"]   # the median lies outside: it is labelled, not the estimate
@@ -183,7 +183,7 @@ def test_unstable_figures_are_warned_about(tmp_path):
                          + [{"experiment": "mongo_pool", "variant": "bare", "metric": "p50_ms", "unit": "ms",
                              "repeat": k, "value": v, "better": "lower", "bottleneck": ""}
                             for k, v in enumerate([1.0, 1.01, 0.99, 1.0, 1.0])])
-    rows = summary.metric_rows(run, frame)
+    rows = summary.metric_rows(claims.measured(run, frame))
     (run.path / "summary.json").write_text(json.dumps({"metrics": rows}))
     warnings = summary.stability_warnings(run)
     assert len(warnings) == 1 and "mongo_pool.bare.throughput_qps" in warnings[0] and "5 repeats" in warnings[0]

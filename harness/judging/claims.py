@@ -67,6 +67,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -199,12 +200,42 @@ def bottlenecks_by_repeat(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
     return out
 
 
-def _param(run: Run, name: str) -> float:
+@dataclass(frozen=True)
+class Measured:
+    """What judging reads of a run, read from it once (`measured`): its per-repeat figures (C1) and
+    the errors of experiments that could not compute theirs, and from its manifest the interpreter,
+    each experiment's entry (params, status), each server's label, the in-run calibration and the
+    ceilings it gives each experiment, and each experiment's time. Judging works on this alone, so a
+    run is read in one place (`measured`) and judged in another (`judge_measured`)."""
+    run_id: str
+    frame: pd.DataFrame
+    errors: Mapping[str, str]
+    interpreter: str
+    experiments: Mapping[str, Mapping[str, Any]]
+    servers: Mapping[str, str]
+    calibration: Mapping[str, Any]
+    ceilings: Mapping[str, str]
+    timing: Mapping[str, Any]
+
+
+def measured(run: Run, frame: pd.DataFrame | None = None) -> Measured:
+    """Everything judging reads of `run` (its figures computed now unless `frame` is given)."""
+    manifest = run.manifest
+    interpreter = interpreter_label(manifest)
+    frame, errors = collect_frame(run) if frame is None else (frame, {})
+    servers = {role: run.server_label(role) for role in manifest.get("servers", {})}
+    cal = dict(manifest.get("calibration") or {})
+    return Measured(run_id=run.id, frame=frame, errors=errors, interpreter=interpreter,
+                    experiments=dict(run.experiments), servers=servers, calibration=cal,
+                    ceilings=ceiling_texts(cal), timing=dict(manifest.get("timing") or {}))
+
+
+def _param(experiments: Mapping[str, Mapping[str, Any]], name: str) -> float:
     """`experiment.field`, or `experiment.field.min` / `.max` for a grid (a list parameter);
     a grid without suffix reads as its largest value."""
     exp, _, field = name.partition(".")
     field, _, agg = field.partition(".")
-    params = run.experiments.get(exp, {}).get("params", {})
+    params = experiments.get(exp, {}).get("params", {})
     if field not in params or agg not in ("", "min", "max"):
         raise Missing(f"param:{name}")
     v = params[field]
@@ -215,7 +246,8 @@ def _param(run: Run, name: str) -> float:
     return float(v)
 
 
-def per_repeat(run: Run, series: Mapping[str, Mapping[int, float]], text: str) -> dict[int, float]:
+def per_repeat(experiments: Mapping[str, Mapping[str, Any]], series: Mapping[str, Mapping[int, float]],
+               text: str) -> dict[int, float]:
     """An expression evaluated in each repeat that has any metric it reads: {repeat: value}. A repeat
     that lacks one of them, or in which the expression divides by zero or is not finite, gives NaN:
     it is kept (and counted by `evaluate`), never dropped silently. Raises Missing when a metric is
@@ -241,7 +273,7 @@ def per_repeat(run: Run, series: Mapping[str, Mapping[int, float]], text: str) -
             continue
 
         def lookup(name: str, k=k) -> float:
-            return _param(run, name[len("param:"):]) if name.startswith("param:") else series[name][k]
+            return _param(experiments, name[len("param:"):]) if name.startswith("param:") else series[name][k]
         try:
             v = float(expr.evaluate(lookup))
         except ZeroDivisionError:
@@ -405,7 +437,7 @@ def _premise_repeats(premise: Premise, names: tuple[str, ...], repeats: list[int
         if premise.labels and not (got and all(premise.holds(g) for g in got)):
             missed[label] += 1
             continue
-        values = {f: float(series.get(f, {}).get(k, math.nan)) for f in premise.figures()}
+        values = {f: float(series[f][k]) if f in series and k in series[f] else math.nan for f in premise.figures()}
         below = next((t for t in premise.thresholds if not t.meets(values)), None)
         if below is not None:
             if below.any_of:
@@ -428,8 +460,9 @@ def _measured(names: tuple[str, ...], repeats: list[int], labels: Mapping[str, M
     return ", ".join(f"{label} {c}/{len(repeats)}" for label, c in seen.most_common())
 
 
-def _interpreter(run: Run) -> str:
-    env = run.manifest.get("environment", {})
+def interpreter_label(manifest: Mapping[str, Any]) -> str:
+    """`CPython 3.11.2`, `(free-threaded)` added where the GIL is off: the run's interpreter."""
+    env = manifest.get("environment", {})
     py = env.get("python") or {}
     if isinstance(py, Mapping):
         impl = py.get("implementation", "")
@@ -441,11 +474,11 @@ def _interpreter(run: Run) -> str:
     return str(py) or "unknown"
 
 
-def _experiment_state(run: Run, names: tuple[str, ...]) -> str | None:
+def _experiment_state(experiments: Mapping[str, Mapping[str, Any]], names: tuple[str, ...]) -> str | None:
     """Why the experiments behind a claim give no number, if that is the reason."""
     for name in names:
         exp = name.split(":", 1)[-1].split(".", 1)[0]
-        entry = run.experiments.get(exp)
+        entry = experiments.get(exp)
         if entry is None:
             return f"experiment {exp} not in this run"
         if entry.get("status") in ("failed", "skipped"):
@@ -458,32 +491,42 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(finite)) if finite else None
 
 
-def _ceiling(run: Run, names: tuple[str, ...]) -> str:
-    """The run's in-run ceiling matching the experiment a row reads, as a text (for machine-dependent rows)."""
+def ceiling_texts(cal: Mapping[str, Any]) -> dict[str, str]:
+    """{experiment: the run's in-run ceiling that matches the one it declares, as a text} for the
+    experiments whose ceiling the run measured (`calibration` is the manifest's)."""
     from ..experiments import registry  # the experiments' declared ceilings
 
-    for name in names:
-        exp = name.split(":", 1)[-1].split(".", 1)[0]
-        value, which = calibration.ceiling_for(registry.ceiling_of(exp), run.manifest.get("calibration"))
+    try:   # a registry that fails to import leaves the rows without ceilings, as collect_frame its figures
+        declared = {name: e.ceiling for name, e in registry.all_experiments().items()}
+    except Exception:
+        return {}
+    out = {}
+    for exp, ceiling in declared.items():
+        value, which = calibration.ceiling_for(ceiling, cal)
         if value:
-            unit = "M loops/s" if which == "python_cpu" else "tps"
-            return f"{which} {value:.4g} {unit}"
-    return ""
+            out[exp] = f"{which} {value:.4g} {'M loops/s' if which == 'python_cpu' else 'tps'}"
+    return out
+
+
+def _ceiling(ceilings: Mapping[str, str], names: tuple[str, ...]) -> str:
+    """The in-run ceiling of the first experiment a row reads that has one (for machine-dependent rows)."""
+    return next((ceilings[e] for e in (n.split(":", 1)[-1].split(".", 1)[0] for n in names) if e in ceilings), "")
 
 
 def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every ledger row against `run`: the figures it used (medians of a and b over the repeats it
-    used, the ratio a / b's estimate with its interval at `ci_level`, n_used of n_ran repeats, the
-    smallest detectable ratio), its raw verdict and its verdict after its family's adjustment
-    (`adjust`). `attrs["multiple_comparisons"]` says what the adjustment did."""
-    if frame is None:
-        frame, errors = collect_frame(run)
-    else:
-        errors = {}
-    series = by_repeat(frame)
-    labels = bottlenecks_by_repeat(frame)
+    """`judge_measured` on `run` as it is read now (`measured`; its figures computed unless `frame` is given)."""
+    return judge_measured(measured(run, frame), ledger)
+
+
+def judge_measured(facts: Measured, ledger: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every ledger row against a run's `facts`: the figures it used (medians of a and b over the
+    repeats it used, the ratio a / b's estimate with its interval at `ci_level`, n_used of n_ran
+    repeats, the smallest detectable ratio), its raw verdict and its verdict after its family's
+    adjustment (`adjust`). `attrs["multiple_comparisons"]` says what the adjustment did."""
+    series = by_repeat(facts.frame)
+    labels = bottlenecks_by_repeat(facts.frame)
     ledger = load() if ledger is None else ledger
-    interpreter = _interpreter(run)
+    experiments = facts.experiments
     rows = []
     for c in ledger.to_dict("records"):
         seed = num.finite(c["seed_value"])
@@ -500,29 +543,29 @@ def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame |
                "ci_high": None, "ci_level": None, "method": "", "p_value": None, "p_seed": None,
                "p_opposite": None, "p_adjusted": None, "detectable": None, "verdict_raw": CONTEXT,
                "verdict": CONTEXT, "reason": "", "bottleneck_measured": "", "server": "", "missing": "",
-               "ceiling": _ceiling(run, names) if machine_dependent else "", "interpreter": interpreter,
+               "ceiling": _ceiling(facts.ceilings, names) if machine_dependent else "",
+               "interpreter": facts.interpreter,
                "note": c["note"], "primary": c.get("primary", "")}
         if c["kind"] != "context":
-            present = c["role"] in run.manifest.get("servers", {})
-            row["server"] = run.server_label(c["role"]) if present else f"no {c['role']} server in this run"
+            row["server"] = facts.servers.get(c["role"]) or f"no {c['role']} server in this run"
             try:
-                a = per_repeat(run, series, c["a"])
+                a = per_repeat(experiments, series, c["a"])
                 if c["kind"] == "setup":
                     row["a_median"] = _median(list(a.values()))
                     row["estimate"] = row["a_median"]
                     row["verdict"] = SETUP_SAME if seed is not None and row["estimate"] == seed else SETUP_DIFFERS
                 else:
-                    row.update(_measurement(c, a, per_repeat(run, series, c["b"]) if c["b"] else None,
+                    row.update(_measurement(c, a, per_repeat(experiments, series, c["b"]) if c["b"] else None,
                                             names, premise, labels, series))
             except Missing as m:
                 row["verdict"] = NOT_MEASURED
-                row["missing"] = _experiment_state(run, refs(c["a"]) + refs(c["b"])) or f"no {m.name}"
+                row["missing"] = _experiment_state(experiments, refs(c["a"]) + refs(c["b"])) or f"no {m.name}"
         if row["verdict_raw"] == CONTEXT:
             row["verdict_raw"] = row["verdict"]
         rows.append(row)
     out = adjust(pd.DataFrame(rows))
-    out.attrs["metric_errors"] = errors
-    out.attrs["run_id"] = run.id
+    out.attrs["metric_errors"] = dict(facts.errors)
+    out.attrs["run_id"] = facts.run_id
     return out
 
 

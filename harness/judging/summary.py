@@ -33,6 +33,7 @@ the machine-dependence; `chance_wrong` is gone (it was not sound: see `multiple_
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +72,16 @@ def headline_metrics() -> set[tuple[str, str]]:
     return {(name, m.name) for name, e in exps.items() for m in getattr(e, "headline", ())}
 
 
-def metric_rows(run: Run, frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """summary.json's `metrics` rows from a C1 frame of per-repeat figures."""
+def metric_rows(facts: claims.Measured) -> list[dict[str, Any]]:
+    """summary.json's `metrics` rows from a run's per-repeat figures (its C1 frame)."""
     from ..experiments import registry
 
     try:   # the ceiling each experiment declares (an unregistered one, or a registry that fails: none)
         declared = {name: e.ceiling for name, e in registry.all_experiments().items()}
     except Exception:
         declared = {}
-    interpreter = claims._interpreter(run)
+    frame, interpreter, cal = facts.frame, facts.interpreter, facts.calibration
     headlines = headline_metrics()
-    cal = run.manifest.get("calibration")
     rows = []
     if frame.empty:
         return rows
@@ -124,8 +124,9 @@ def claim_rows(evaluated: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def timing(run: Run) -> dict[str, Any]:
-    t = dict(run.manifest.get("timing") or {})
+def timing(experiments: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's time: each experiment's wall and measured seconds (the manifest's `timing`), summed."""
+    t = dict(experiments)
     wall = sum(float(v.get("wall_s") or 0) for v in t.values() if isinstance(v, dict))
     measured = sum(float(v.get("measured_s") or 0) for v in t.values() if isinstance(v, dict))
     return {"experiments": t, "wall_s": wall, "measured_s": measured,
@@ -150,21 +151,29 @@ def methods(multiple_comparisons: dict[str, Any]) -> dict[str, str]:
 
 
 def build(run: Run) -> dict[str, Any]:
-    frame, errors = claims.collect_frame(run)
-    evaluated = claims.evaluate(run, frame=frame)
-    return _clean({
+    """summary.json of `run`: read once (`claims.measured`), then judged (`from_facts`)."""
+    facts = claims.measured(run)
+    return from_facts(facts)
+
+
+def from_facts(facts: claims.Measured) -> dict[str, Any]:
+    """summary.json from what was read of a run: its figures, its claims judged, its time."""
+    evaluated = claims.judge_measured(facts)
+    out = _clean({
         "summary_version": SUMMARY_VERSION,
-        "run_id": run.id,
-        "metrics": metric_rows(run, frame),
+        "run_id": facts.run_id,
+        "metrics": [],   # filled last, keeping its place: its statistics are the one way down (core.stats)
         "claims": claim_rows(evaluated),
         "multiple_comparisons": evaluated.attrs.get("multiple_comparisons", {}),
         "verdict_counts": claims.summary(evaluated).reset_index().to_dict("records"),
-        "timing": timing(run),
-        "calibration": run.manifest.get("calibration") or {},
+        "timing": timing(facts.timing),
+        "calibration": dict(facts.calibration),
         "ceilings": calibration.CEILING_WHY,
         "methods": methods(evaluated.attrs.get("multiple_comparisons", {})),
-        "analysis_errors": errors,
+        "analysis_errors": dict(facts.errors),
     })
+    out["metrics"] = _clean(metric_rows(facts))
+    return out
 
 
 def write(run_path: Path) -> dict[str, Any]:
