@@ -49,10 +49,11 @@ def test_a_name_without_a_known_prefix_keeps_its_ceiling(renamed, tmp_path):
     run = _run(tmp_path, renamed)
     frame = pd.DataFrame([{"experiment": renamed, "variant": "v", "metric": "rps", "unit": "req/s", "repeat": k,
                            "value": 500.0, "better": "higher", "bottleneck": ""} for k in range(3)])
-    (row,) = summary.metric_rows(claims.measured(run, frame))
+    facts = claims.measured(run, frame)
+    (row,) = summary.metric_rows(facts)
     assert row["normalised_by"] == "pgbench" and row["normalised"] == pytest.approx(0.5)
     assert registry.ceiling_of(renamed) == "pgbench"
-    assert claims._ceiling(run, (f"{renamed}.v.rps",)).startswith("pgbench 1000")
+    assert claims._ceiling(facts.ceilings, (f"{renamed}.v.rps",)).startswith("pgbench 1000")
     assert registry.ceiling_of("not_registered") is None
 
 

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ CEILING_WHY = {
 }
 
 
-def ceiling_for(which: str | None, calibration: dict | None) -> tuple[float | None, str]:
+def ceiling_for(which: str | None, calibration: Mapping[str, Any] | None) -> tuple[float | None, str]:
     """(ceiling value, which) for ceiling `which` (an experiment's declared `ceiling`, from
     `registry.ceiling_of`): the median over before and after repeats; the Python ceiling in
     millions of loops per second. (None, "") when `which` is None."""
