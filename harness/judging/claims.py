@@ -214,7 +214,7 @@ class Measured:
     experiments: Mapping[str, Mapping[str, Any]]
     servers: Mapping[str, str]
     calibration: Mapping[str, Any]
-    ceilings: Mapping[str, str]
+    ceilings: Mapping[str, tuple[float, str]]   # experiment: (value, which), `experiment_ceilings`
     timing: Mapping[str, Any]
 
 
@@ -227,7 +227,7 @@ def measured(run: Run, frame: pd.DataFrame | None = None) -> Measured:
     cal = dict(manifest.get("calibration") or {})
     return Measured(run_id=run.id, frame=frame, errors=errors, interpreter=interpreter,
                     experiments=dict(run.experiments), servers=servers, calibration=cal,
-                    ceilings=ceiling_texts(cal), timing=dict(manifest.get("timing") or {}))
+                    ceilings=experiment_ceilings(cal), timing=dict(manifest.get("timing") or {}))
 
 
 def _param(experiments: Mapping[str, Mapping[str, Any]], name: str) -> float:
@@ -491,9 +491,9 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(finite)) if finite else None
 
 
-def ceiling_texts(cal: Mapping[str, Any]) -> dict[str, str]:
-    """{experiment: the run's in-run ceiling that matches the one it declares, as a text} for the
-    experiments whose ceiling the run measured (`calibration` is the manifest's)."""
+def experiment_ceilings(cal: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
+    """{experiment: (value, which)}: the run's in-run ceiling that matches the one each experiment
+    declares, for the experiments whose ceiling the run measured (`cal` is the manifest's)."""
     from ..experiments import registry  # the experiments' declared ceilings
 
     try:   # a registry that fails to import leaves the rows without ceilings, as collect_frame its figures
@@ -504,13 +504,18 @@ def ceiling_texts(cal: Mapping[str, Any]) -> dict[str, str]:
     for exp, ceiling in declared.items():
         value, which = calibration.ceiling_for(ceiling, cal)
         if value:
-            out[exp] = f"{which} {value:.4g} {'M loops/s' if which == 'python_cpu' else 'tps'}"
+            out[exp] = (value, which)
     return out
 
 
-def _ceiling(ceilings: Mapping[str, str], names: tuple[str, ...]) -> str:
-    """The in-run ceiling of the first experiment a row reads that has one (for machine-dependent rows)."""
-    return next((ceilings[e] for e in (n.split(":", 1)[-1].split(".", 1)[0] for n in names) if e in ceilings), "")
+def _ceiling(ceilings: Mapping[str, tuple[float, str]], names: tuple[str, ...]) -> str:
+    """The in-run ceiling of the first experiment a row reads that has one, as a text (for
+    machine-dependent rows)."""
+    for exp in (n.split(":", 1)[-1].split(".", 1)[0] for n in names):
+        if exp in ceilings:
+            value, which = ceilings[exp]
+            return f"{which} {value:.4g} {'M loops/s' if which == 'python_cpu' else 'tps'}"
+    return ""
 
 
 def evaluate(run: Run, frame: pd.DataFrame | None = None, ledger: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -74,13 +74,7 @@ def headline_metrics() -> set[tuple[str, str]]:
 
 def metric_rows(facts: claims.Measured) -> list[dict[str, Any]]:
     """summary.json's `metrics` rows from a run's per-repeat figures (its C1 frame)."""
-    from ..experiments import registry
-
-    try:   # the ceiling each experiment declares (an unregistered one, or a registry that fails: none)
-        declared = {name: e.ceiling for name, e in registry.all_experiments().items()}
-    except Exception:
-        declared = {}
-    frame, interpreter, cal = facts.frame, facts.interpreter, facts.calibration
+    frame, interpreter = facts.frame, facts.interpreter
     headlines = headline_metrics()
     rows = []
     if frame.empty:
@@ -90,8 +84,8 @@ def metric_rows(facts: claims.Measured) -> list[dict[str, Any]]:
         unit = str(g["unit"].iloc[0])
         normalised, by = None, None
         if unit in THROUGHPUT_UNITS and g["better"].iloc[0] == "higher":
-            ceiling, which = calibration.ceiling_for(declared.get(exp), cal)
-            if ceiling:
+            if exp in facts.ceilings:   # the ceiling it declares, measured in this run
+                ceiling, which = facts.ceilings[exp]
                 normalised, by = s["median"] / ceiling, which
         bottlenecks = sorted({b for b in g["bottleneck"] if isinstance(b, str) and b})
         rows.append({"experiment": exp, "variant": variant, "metric": metric, "unit": unit,
