@@ -17,8 +17,12 @@ def _summary(rows: list[tuple[str, str, str, float, float | None, float | None]]
 
 
 def _faithful(variant: str, kept: float = 0.9, sampled: float = 1.0) -> list[tuple]:
+    # sampled as the profiled pass's parts are: Python frames only in `..._python`, 20 Hz in `..._low`
+    part = variant.split(".")[0]
     return [("profiled", variant, "profiled_over_plain", kept, None, None),
-            ("profiled", variant, "sampled_over_active", sampled, None, None)]
+            ("profiled", variant, "sampled_over_active", sampled, None, None),
+            ("profiled", variant, "native_frames", 0.0 if part.endswith("_python") else 1.0, None, None),
+            ("profiled", variant, "rate_hz", 20.0 if part.endswith("_low") else 100.0, None, None)]
 
 
 def _models_summary(async_us: float, threads_us: float, async_shares: dict, threads_shares: dict,
@@ -54,11 +58,11 @@ def test_a_profile_the_profiler_distorted_explains_nothing():
     assert "32 threads 200: no faithful profile" in lines[0], lines[0]
     assert "threads: py-spy kept 20% of its throughput" in lines[1], lines[1]
     assert "Not explained: no one way of profiling was faithful to both models." in lines[2], lines[2]
-    got = mechanisms._metrics(_summary(_faithful("v", kept=0.9, sampled=23.5)))
+    got = mechanisms.metrics_by_key(_summary(_faithful("v", kept=0.9, sampled=23.5)))
     assert "waiting threads were counted as running" in mechanisms.unfaithful(got, "v")
-    got = mechanisms._metrics(_summary(_faithful("v", kept=0.9, sampled=0.38)))
+    got = mechanisms.metrics_by_key(_summary(_faithful("v", kept=0.9, sampled=0.38)))
     assert "it passed over active threads" in mechanisms.unfaithful(got, "v")
-    assert mechanisms.unfaithful(mechanisms._metrics(_summary(_faithful("v"))), "v") == ""
+    assert mechanisms.unfaithful(mechanisms.metrics_by_key(_summary(_faithful("v"))), "v") == ""
 
 
 def test_the_first_way_of_profiling_faithful_to_both_models_is_the_one_read():
@@ -68,7 +72,7 @@ def test_the_first_way_of_profiling_faithful_to_both_models_is_the_one_read():
     both["metrics"] += _models_summary(300.0, 200.0, python, {**python, profiles.LOOP: 0.0, profiles.OTHER: 0.7},
                                        part="mongo_models_python")["metrics"][2:]
     lines = mechanisms.lines(both, "001-models")
-    assert "(Python frames only) the event loop 150" in lines[0], lines[0]
+    assert "(Python frames only, 100 Hz) the event loop 150" in lines[0], lines[0]
     assert lines[1].startswith("- Profiles not read: native frames, 100 Hz: threads: py-spy kept 20%"), lines[1]
     assert "Made of (at least half of it): the event loop +150.0 µs." in lines[2], lines[2]
 
@@ -111,7 +115,7 @@ def test_the_lock_is_judged_on_the_low_rate_profile_when_the_100_hz_one_is_not_f
             rows += [("profiled", f"{part}.{model}", "share_gil", gil if model == "threads_psycopg" else 0.0,
                       None, None), ("profiled", f"{part}.{model}", "samples", 800, None, None)]
     (lock,) = mechanisms.lines(_summary(rows), "002-cpu")
-    assert "native frames, low rate): threads + psycopg 30.0% of 800 samples" in lock and "**holds**" in lock, lock
+    assert "native frames, 20 Hz): threads + psycopg 30.0% of 800 samples" in lock and "**holds**" in lock, lock
     unfaithful = [r for r in rows if not (r[1] == "pg_bound_low.threads_psycopg" and r[2] == "profiled_over_plain")]
     (lock,) = mechanisms.lines(_summary([*unfaithful, *_faithful("pg_bound_low.threads_psycopg", 0.4)]), "002-cpu")
-    assert "**not judged**" in lock and "native frames, low rate: threads_psycopg: py-spy kept 40%" in lock, lock
+    assert "**not judged**" in lock and "native frames, 20 Hz: threads_psycopg: py-spy kept 40%" in lock, lock

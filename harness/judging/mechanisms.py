@@ -45,13 +45,14 @@ FAITHFUL_SAMPLING_MIN = 0.5
 MODELS_SIDES = (("async client", "mongo_models", "async_bare", "async"),
                 ("32 threads", "mongo_models", "threads32", "threads"))
 CPU_SIDES = (("threads + psycopg", "threads_psycopg"), ("uvloop + asyncpg", "uvloop_asyncpg"))
-# the profiled pass's parts for each comparison, in the order they are tried, and how each samples
-MODELS_PARTS = (("mongo_models", "native frames, 100 Hz"), ("mongo_models_python", "Python frames only"))
-GIL_PARTS = (("pg_bound", "native frames, 100 Hz"), ("pg_bound_low", "native frames, low rate"))
+# the profiled pass's parts for each comparison, in the order they are tried
+MODELS_PARTS = ("mongo_models", "mongo_models_python")
+GIL_PARTS = ("pg_bound", "pg_bound_low")
 BOUND = "bound.pool20"
 
 
-def _metrics(summary: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+def metrics_by_key(summary: Mapping[str, Any]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """A summary's metric rows by (experiment, variant, metric)."""
     return {(str(m.get("experiment")), str(m.get("variant")), str(m.get("metric"))): m
             for m in summary.get("metrics", []) or [] if isinstance(m, Mapping)}
 
@@ -82,24 +83,31 @@ def unfaithful(got: Mapping, variant: str) -> str:
     return ""
 
 
+def sampling_label(got: Mapping, variant: str) -> str:
+    """How the profiled pass sampled `variant`, from its figures: `native frames, 100 Hz` or
+    `Python frames only, 100 Hz` (runs before the pass said so sampled native frames only)."""
+    native = _value(got.get(("profiled", variant, "native_frames")), "median")
+    rate = _value(got.get(("profiled", variant, "rate_hz")), "median")
+    return ("Python frames only" if native == 0 else "native frames") + ("" if math.isnan(rate) else f", {rate:g} Hz")
+
+
 def _measured(got: Mapping, variant: str) -> bool:
     return ("profiled", variant, "profiled_over_plain") in got
 
 
-def _first_faithful(got: Mapping, parts: tuple[tuple[str, str], ...], models: tuple[str, ...]) \
-        -> tuple[str, str, list[str]]:
-    """(part, how it sampled, why each part tried before it was not faithful) of the first part whose
-    profiles of `models` are all faithful, else ("", "", why each part was not); parts the run did
-    not measure are passed over."""
+def _first_faithful(got: Mapping, parts: tuple[str, ...], models: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(part, why each part tried before it was not faithful) of the first part whose profiles of
+    `models` are all faithful, else ("", why each part was not); parts the run did not measure are
+    passed over."""
     whys = []
-    for part, how in parts:
+    for part in parts:
         if not any(_measured(got, f"{part}.{m}") for m in models):
             continue
         why = "; ".join(f"{m}: {w}" for m in models if (w := unfaithful(got, f"{part}.{m}")))
         if not why:
-            return part, how, whys
-        whys.append(f"{how}: {why}")
-    return "", "", whys
+            return part, whys
+        whys.append(f"{sampling_label(got, f'{part}.{models[0]}')}: {why}")
+    return "", whys
 
 
 def _interval(m: Mapping[str, Any] | None) -> str:
@@ -109,9 +117,9 @@ def _interval(m: Mapping[str, Any] | None) -> str:
 
 def models_gap(summary: Mapping[str, Any]) -> list[str]:
     """001-models: µs of client CPU per query by category for both models, and what makes the gap."""
-    got = _metrics(summary)
+    got = metrics_by_key(summary)
     models = tuple(m for *_, m in MODELS_SIDES)
-    part, how, whys = _first_faithful(got, MODELS_PARTS, models)
+    part, whys = _first_faithful(got, MODELS_PARTS, models)
     if not part and not whys:
         return []
     sides = []
@@ -122,7 +130,8 @@ def models_gap(summary: Mapping[str, Any]) -> list[str]:
         # the comparison's faithful part, else this model's own first faithful profile (shown, not compared)
         own = part or _first_faithful(got, MODELS_PARTS, (model,))[0]
         shares = _shares(got, f"{own}.{model}") if own else None
-        sides.append((label, cpu, {c: s * cpu for c, s in (shares or {}).items()}, dict(MODELS_PARTS).get(own, "")))
+        sides.append((label, cpu, {c: s * cpu for c, s in (shares or {}).items()},
+                      sampling_label(got, f"{own}.{model}") if own else ""))
     lines = ["- Where the client CPU goes (µs per query, the measured CPU split by the profiled pass's shares): "
              + "; ".join(f"{label} {num.sig3(cpu)}: " +
                          (f"({own_how}) " + ", ".join(f"{c} {num.sig3(us)}" for c, us in
@@ -159,7 +168,7 @@ def gap_text(gap: float, a_us: Mapping[str, float], b_us: Mapping[str, float]) -
 
 def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
     """002-cpu: context switches per request and the interpreter lock's share, against the seed's cause."""
-    got = _metrics(summary)
+    got = metrics_by_key(summary)
     switches = {model: got.get(("pg_models", f"{BOUND}.{model}", "ctx_vol_per_req")) for _, model in CPU_SIDES}
     lines = []
     if all(switches.values()):
@@ -174,10 +183,10 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
                         if holds else "**not borne out** by these counts (rule: the threads' interval at least 1 "
                                       "and above uvloop + asyncpg's)."))
     threads = CPU_SIDES[0][1]
-    faithful, _, whys = _first_faithful(got, GIL_PARTS, (threads,))
+    faithful, whys = _first_faithful(got, GIL_PARTS, (threads,))
     # shown: the faithful part's profile, else the last one measured (shown, not judged)
-    part = faithful or next((p for p, _ in reversed(GIL_PARTS) if _measured(got, f"{p}.{threads}")), "")
-    how = dict(GIL_PARTS).get(part, "")
+    part = faithful or next((p for p in reversed(GIL_PARTS) if _measured(got, f"{p}.{threads}")), "")
+    how = sampling_label(got, f"{part}.{threads}")
     why = "" if faithful else "; ".join(whys)
     gil = []
     for label, model in CPU_SIDES:

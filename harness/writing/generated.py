@@ -149,14 +149,11 @@ def why_block(summary: Mapping[str, Any]) -> str:
              for lid in WHY_LESSONS if (got := mechanisms.lines(summary, lid))]
     if not parts:
         return "The reference run has no profiled pass yet: the mechanisms appear here once it has one."
-    figures = _metrics(summary, "profiled")
+    figures = mechanisms.metrics_by_key(summary)
     cost: dict[str, list[float]] = {}
-    for (variant, metric), m in figures.items():
-        if metric == "profiled_over_plain" and num.finite(m.get("median")) is not None:
-            native = num.finite((figures.get((variant, "native_frames")) or {}).get("median"))
-            rate = num.finite((figures.get((variant, "rate_hz")) or {}).get("median"))
-            way = ("Python frames only" if native == 0 else "native frames") + (f", {rate:g} Hz" if rate else "")
-            cost.setdefault(way, []).append(float(m["median"]))
+    for (experiment, variant, metric), m in figures.items():
+        if experiment == "profiled" and metric == "profiled_over_plain" and num.finite(m.get("median")) is not None:
+            cost.setdefault(mechanisms.sampling_label(figures, variant), []).append(float(m["median"]))
     if cost:
         parts.append("The profiler (py-spy) kept " + "; ".join(f"{min(c):.0%}–{max(c):.0%} ({way})" for way, c in
                                                               sorted(cost.items())) +
