@@ -78,10 +78,10 @@ def variant_figures(run: Run) -> pd.DataFrame:
                                                                    math.nan)
         b = _window(profiled.iloc[0]) if len(profiled) else {"throughput": math.nan, "cpu_us": math.nan,
                                                              "active_s": math.nan}
-        # earlier runs sampled every profile natively at the pass's one rate and did not say so
-        how = profiled.iloc[0] if len(profiled) else pd.Series(dtype=object)
-        sampling = str(how.get("sampling") or "native") if len(profiled) else ""
-        hz = float(how.get("rate_hz") or rate) if len(profiled) else math.nan
+        sampling, hz = "", math.nan
+        if len(profiled):   # earlier runs sampled every profile natively at the pass's one rate, unsaid
+            how = profiled.iloc[0]
+            sampling, hz = str(how.get("sampling") or "native"), float(how.get("rate_hz") or rate)
         row = {"variant": variant, "repeat": rep, "part": g["part"].iloc[0], "model": g["model"].iloc[0],
                "throughput_plain": a["throughput"], "throughput_profiled": b["throughput"],
                "profiled_over_plain": b["throughput"] / a["throughput"] if a["throughput"] else math.nan,
