@@ -17,12 +17,16 @@ def _summary(rows: list[tuple[str, str, str, float, float | None, float | None]]
 
 
 def _faithful(variant: str, kept: float = 0.9, sampled: float = 1.0) -> list[tuple]:
-    # sampled as the profiled pass's parts are: Python frames only in `..._python`, 20 Hz in `..._low`
+    # sampled as the profiled pass's parts are: Python frames only in `..._python`, 20 Hz in `..._low`,
+    # perf on CPython 3.13 in `..._perf`
     part = variant.split(".")[0]
+    perf = part.endswith("_perf")
     return [("profiled", variant, "profiled_over_plain", kept, None, None),
             ("profiled", variant, "sampled_over_active", sampled, None, None),
             ("profiled", variant, "native_frames", 0.0 if part.endswith("_python") else 1.0, None, None),
-            ("profiled", variant, "rate_hz", 20.0 if part.endswith("_low") else 100.0, None, None)]
+            ("profiled", variant, "rate_hz", 20.0 if part.endswith("_low") else 100.0, None, None),
+            ("profiled", variant, "on_cpu", 1.0 if perf else 0.0, None, None),
+            ("profiled", variant, "python", 3.13 if perf else 3.11, None, None)]
 
 
 def _models_summary(async_us: float, threads_us: float, async_shares: dict, threads_shares: dict,
@@ -75,6 +79,29 @@ def test_the_first_way_of_profiling_faithful_to_both_models_is_the_one_read():
     assert "(Python frames only, 100 Hz) the event loop 150" in lines[0], lines[0]
     assert lines[1].startswith("- Profiles not read: native frames, 100 Hz: threads: py-spy kept 20%"), lines[1]
     assert "Made of (at least half of it): the event loop +150.0 µs." in lines[2], lines[2]
+
+
+def test_perf_s_profile_is_read_when_py_spy_s_are_not_and_says_whose_interpreter_it_is():
+    native = {**dict.fromkeys(LABELS, 0.0), profiles.GIL: 0.6, profiles.OTHER: 0.4}
+    perf = {**dict.fromkeys(LABELS, 0.0), profiles.LOOP: 0.5, profiles.DRIVER_PY: 0.3, profiles.OTHER: 0.2}
+    both = _models_summary(300.0, 200.0, native, native, threads_kept=0.2)
+    for m in both["metrics"]:
+        if m["variant"] == "async_bare":
+            m["interpreter"] = "CPython 3.11.7"
+    both["metrics"] += _models_summary(300.0, 200.0, perf, {**perf, profiles.LOOP: 0.0, profiles.OTHER: 0.7},
+                                       part="mongo_models_perf")["metrics"][2:]
+    both["metrics"] += _summary([("profiled", "mongo_models_perf.async", "cpu_us_per_op", 280.0, None, None),
+                                 ("profiled", "mongo_models_perf.threads", "cpu_us_per_op", 190.0, None, None)]
+                                )["metrics"]
+    lines = mechanisms.lines(both, "001-models")
+    assert "(perf, on-CPU, 100 Hz, CPython 3.13) the event loop 150" in lines[0], lines[0]
+    assert lines[1] == ("- The shares are of CPython 3.13, applied to the CPU measured on CPython 3.11.7; the "
+                        "profiled pass's own plain windows on 3.13 spent (µs per query, one window each): "
+                        "async client 280; 32 threads 190."), lines[1]
+    assert "native frames, 100 Hz: threads: py-spy kept 20%" in lines[2], lines[2]
+    assert "Made of (at least half of it): the event loop +150.0 µs." in lines[3], lines[3]
+    got = mechanisms.metrics_by_key(_summary(_faithful("x_perf.v", kept=0.3)))
+    assert mechanisms.unfaithful(got, "x_perf.v").startswith("perf kept 30%")
 
 
 def test_without_a_profiled_pass_there_is_no_mechanism_line():

@@ -19,7 +19,7 @@ from harness.core.measure import Window, process_switches
 from harness.experiments import registry
 from harness.experiments.profiled import analysis as profiled
 from harness.experiments.profiled.experiment import EXPERIMENT as PROFILED
-from harness.experiments.profiled.experiment import LOW_RATE, PARTS, PYTHON
+from harness.experiments.profiled.experiment import LOW_RATE, PARTS, PERF, PYTHON
 from harness.running import study
 
 # A Python frame as py-spy writes it: `function (file.py:line)`, a frozen module's `(<frozen runpy>:198)`,
@@ -59,11 +59,13 @@ def test_a_profiled_window_samples_this_process(tmp_path):
     assert any("test_a_profiled_window_samples_this_process" in f for s, _ in stacks for f in s)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_a_profile_s_file_name_says_how_it_is_sampled(tmp_path, native):
-    out = profiles.profile_path(tmp_path, "part.model", native=native, rate=50)
-    assert profiles.sampling_of(out) == (native, 50)
-    assert profiles.sampling_of(tmp_path / "p.collapsed", 100) == (True, 100)   # a name that says nothing
+@pytest.mark.parametrize("how", [profiles.NATIVE, profiles.PYTHON])
+def test_a_profile_s_file_name_says_how_it_is_sampled(tmp_path, how):
+    native = how == profiles.NATIVE
+    out = profiles.profile_path(tmp_path, "part.model", how, rate=50)
+    assert profiles.sampling_of(out) == (how, 50)
+    assert profiles.sampling_of(tmp_path / "p.collapsed", 100) == (profiles.NATIVE, 100)   # a name that says nothing
+    assert profiles.sampling_of(profiles.profile_path(tmp_path, "v", profiles.PERF, 100)) == (profiles.PERF, 100)
     with Window("v", profile=out) as w:
         stop = time.perf_counter() + 1.0
         while time.perf_counter() < stop:
@@ -132,7 +134,7 @@ def test_the_profiled_pass_profiles_each_model_and_measures_its_own_cost(smoke_r
     expected = {f"{part}.{m}" for part in params["parts"] for m in
                 (params["pg_models"] if part.startswith("pg_") else profiled_models(part))}
     assert set(windows["variant"]) == expected
-    # each part sampled the way it says: native frames (at its rate) or Python frames only
+    # each part sampled the way it says: native frames (at its rate), Python frames only, or perf
     sampled = windows[windows["profiled"].astype(bool)].set_index("variant")
     for variant, row in sampled.iterrows():
         _, how, _ = PARTS[variant.split(".")[0]]
@@ -143,6 +145,15 @@ def test_the_profiled_pass_profiles_each_model_and_measures_its_own_cost(smoke_r
     for variant in python_only:   # without native frames no sample names the interpreter's C code
         frames = {f for stack, _ in profiled.stacks(smoke_run, variant) for f in stack}
         assert frames and all(PYTHON_FRAME.search(f) for f in frames), (variant, sorted(frames)[:5])
+    # perf's parts: both windows on the perf interpreter, its profiles naming Python and native frames
+    by_perf = windows[windows["part"].map(lambda part: PARTS[part][1] == PERF)]
+    assert len(by_perf), "the smoke run profiles with perf somewhere"
+    assert (by_perf["python"].str.startswith(params["perf_python"] + ".")).all(), by_perf["python"]
+    for variant in set(by_perf["variant"]):
+        frames = {f for stack, _ in profiled.stacks(smoke_run, variant) for f in stack}
+        assert any(PYTHON_FRAME.search(f) for f in frames) and any(not PYTHON_FRAME.search(f) for f in frames), variant
+    others = windows[~windows["part"].map(lambda part: PARTS[part][1] == PERF)]
+    assert (others["python"] == smoke_run.manifest["environment"]["python"]["version"]).all()
     # each model: one plain and one profiled window, the profiler never in the plain one
     for variant, g in windows.groupby("variant"):
         assert sorted(g["profiled"].astype(bool)) == [False, True], variant

@@ -113,3 +113,110 @@ def test_a_program_whose_answer_is_known_reads_so(tmp_path, name):
 def test_a_program_that_cannot_be_profiled_is_one_line(tmp_path):
     with pytest.raises(HarnessError, match="py-spy could not profile"):
         profiles.profile_program([str(tmp_path / "no-such-program")], tmp_path / "p.txt")
+
+
+# -- Linux perf --------------------------------------------------------------------------------------
+
+# `perf script -F ip,sym,dso` prints each sample's frames leaf first
+PERF_SCRIPT = """\
+\t      ffff8001 schedule ([kernel.kallsyms])
+\t          7f02 pthread_cond_timedwait@@GLIBC_2.3.2 (/usr/lib/x86_64-linux-gnu/libc.so.6)
+\t          7f01 take_gil (/opt/py/lib/libpython3.13.so.1.0)
+
+\t          7f03 PyObject_Vectorcall (/opt/py/lib/libpython3.13.so.1.0)
+\t            85 py::Connection.wait:/venv/lib/python3.13/site-packages/psycopg/connection.py (/tmp/jitted-1-2.so)
+\t          7f04 py_trampoline_evaluator (/opt/py/lib/libpython3.13.so.1.0)
+\t          7f05 _PyEval_EvalFrameDefault (/opt/py/lib/libpython3.13.so.1.0)
+\t            85 py::request_sync:/work/main/harness/experiments/postgres/workload.py (/tmp/jitted-1-1.so)
+\t          7f06 [unknown] ([unknown])
+\t          7f07 start_thread (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+\t          7f03 PyObject_Vectorcall (/opt/py/lib/libpython3.13.so.1.0)
+\t            85 py::Connection.wait:/venv/lib/python3.13/site-packages/psycopg/connection.py (/tmp/jitted-1-2.so)
+\t          7f04 py_trampoline_evaluator (/opt/py/lib/libpython3.13.so.1.0)
+\t          7f05 _PyEval_EvalFrameDefault (/opt/py/lib/libpython3.13.so.1.0)
+\t            85 py::request_sync:/work/main/harness/experiments/postgres/workload.py (/tmp/jitted-1-1.so)
+\t          7f06 [unknown] ([unknown])
+\t          7f07 start_thread (/usr/lib/x86_64-linux-gnu/libc.so.6)
+"""
+
+
+def test_perf_s_samples_fold_as_py_spy_writes_them(monkeypatch):
+    monkeypatch.setattr(profiles, "REPO_ROOT", profiles.Path("/work/main"))
+    stacks = dict(profiles.fold_perf_script(PERF_SCRIPT))
+    assert len(stacks) == 2
+    # a sample without a Python frame keeps every frame, root first: the kernel's named so, glibc's
+    # symbol version dropped
+    gil = ("take_gil (libpython3.13.so.1.0)", "pthread_cond_timedwait (libc.so.6)", "schedule (kernel)")
+    assert stacks[gil] == 1
+    # two samples of one stack count twice; the interpreter's frames between Python frames are left out,
+    # those a Python frame calls kept; paths as py-spy writes them; unknown frames dropped
+    assert stacks[("start_thread (libc.so.6)", "request_sync (harness/experiments/postgres/workload.py)",
+                   "Connection.wait (psycopg/connection.py)", "PyObject_Vectorcall (libpython3.13.so.1.0)")] == 2
+    assert profiles.category_of(gil) == profiles.GIL
+    assert profiles.category_of(("request_sync (harness/experiments/postgres/workload.py)",
+                                 "Connection.wait (psycopg/connection.py)")) == profiles.DRIVER_PY
+
+
+def test_perf_needs_the_trampolines_of_a_newer_python(tmp_path):
+    from harness.core.measure import Window
+
+    out = profiles.profile_path(tmp_path, "v", profiles.PERF, 100)
+    with Window("v", profile=out) as w:
+        sum(i * i for i in range(10_000))
+    assert w.wall_s > 0 and "\n" not in (w.profile_error or "")
+    if sys.version_info[:2] < profiles.PERF_PYTHON:
+        assert "CPython 3.13" in w.profile_error
+    else:   # a 3.13 started without them
+        assert profiles.PERF_ENV in w.profile_error
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+# A hundred threads, each running in short bursts: events on each thread would sample hardly any
+# (each runs less than 1/rate s of CPU in the window); per-core sampling sees them as they run. The
+# threads run only inside the window, so its CPU and the samples cover the same time.
+PERF_PROGRAM = """
+import os, sys, threading, time
+from pathlib import Path
+from harness.core.measure import Window
+
+def burst(stop):
+    while not stop.is_set():
+        end = time.monotonic() + 0.0001
+        while time.monotonic() < end:
+            pass
+        time.sleep(0.02)
+
+stop = threading.Event()
+with Window("v", profile=Path(sys.argv[1])) as w:
+    threads = [threading.Thread(target=burst, args=(stop,)) for _ in range(100)]
+    [t.start() for t in threads]
+    time.sleep(1.5)
+    stop.set()
+    [t.join() for t in threads]
+print(os.getpid(), w.cpu_s, w.profile_error or "")
+"""
+
+
+def test_perf_samples_many_threads_as_often_as_they_run(tmp_path):
+    import glob
+    import subprocess
+
+    from harness.core import interpreters
+
+    venv = interpreters.ensure_venv(interpreters.resolve("3.13"), build=False)
+    program, out = tmp_path / "program.py", profiles.profile_path(tmp_path, "v", profiles.PERF, 100)
+    program.write_text(PERF_PROGRAM)
+    done = subprocess.run([venv.python, str(program), str(out)], capture_output=True, text=True, timeout=120,
+                          env=interpreters.child_env(profiles.perf_env(out)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid, cpu_s, *error = done.stdout.split()
+    assert not error, error
+    stacks = profiles.read_collapsed(out)
+    samples = sum(n for _, n in stacks)
+    assert 0.5 <= samples / (float(cpu_s) * 100) <= 1.5, (samples, cpu_s)
+    in_burst = sum(n for s, n in stacks if "burst (program.py)" in s)
+    assert in_burst >= 0.5 * samples, sorted(stacks, key=lambda x: -x[1])[:3]
+    # nothing left behind: perf's folder, the JIT's code files, a build-id cache
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([program.name, out.name])
+    assert not glob.glob(f"/tmp/jitted-{pid}-*.so") and not glob.glob(f"/tmp/jit-{pid}.dump")

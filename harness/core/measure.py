@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from . import profiles
+from .errors import HarnessError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -80,10 +80,11 @@ class Window:
     core to wait (a socket read, a lock, a sleep), `ctx_involuntary` one preempted while it could
     still run.
 
-    With `profile` (a file), py-spy samples this process for the window as the file's name asks
-    (`profiles.sampling_of`; else native frames at `profile_rate` Hz), as collapsed stacks; it is
-    stopped after the window's readings, so its shutdown is not in them, but its sampling is: a
-    profiled window is never a measured one.
+    With `profile` (a file), a profiler samples this process for the window as the file's name asks
+    (`profiles.sampling_of`: py-spy or perf; else py-spy's native frames at `profile_rate` Hz), as
+    collapsed stacks; it is stopped after the window's readings, so its shutdown is not in them, but
+    its sampling is: a profiled window is never a measured one. A profiler that cannot attach leaves
+    the window unprofiled, `profile_error` saying why.
 
     Used as a context manager by experiments; a monitor thread that must not block a saturated
     event loop calls `open()`/`close()` itself.
@@ -98,12 +99,15 @@ class Window:
         self.wall_s = self.cpu_s = self.cpu_user_s = self.cpu_system_s = self.cpu_wait_s = float("nan")
         self.ctx_voluntary = self.ctx_involuntary = -1
         self.profile, self.profile_rate = profile, profile_rate
-        self._spy: subprocess.Popen | None = None
-        self.profile_error: str | None = None   # why py-spy wrote no profile, when asked for one
+        self._spy: profiles.Sampler | None = None
+        self.profile_error: str | None = None   # why no profile was written, when one was asked for
 
     def open(self) -> Window:
         if self.profile is not None:
-            self._spy = profiles.attach(os.getpid(), self.profile, self.profile_rate)
+            try:
+                self._spy = profiles.attach(os.getpid(), self.profile, self.profile_rate)
+            except HarnessError as e:
+                self.profile_error = str(e)
         self._wait0 = thread_waits()
         self._proc = psutil.Process()
         self._cpu0 = self._proc.cpu_times()

@@ -18,17 +18,36 @@ its Python code (asyncpg's protocol is compiled from files under `asyncpg/`).
 py-spy counts a thread in a sample whenever it is running or waiting for a core (runnable), not
 only while it runs: a share is of the threads' active time. On a saturated machine that includes
 their run-queue wait (`measure.thread_waits`), which the profiled pass reads beside each profile.
+
+Linux `perf` is the third way (`PERF`): the kernel samples each core every 1/rate s of its time,
+without pausing anything, and the samples of this process's threads are kept, so a share is of CPU
+time alone and a thread is sampled as often as it runs. (Events on the process's own threads would
+sample a thread only after each 1/rate s of its own CPU: 200 threads of a pool-bound client, each
+running a few milliseconds a second, gave one sample in 8 s.) Python's own
+frames reach perf through CPython 3.13's `perf_jit` trampolines (`sys.activate_stack_trampoline`),
+which the profiled process turns on for its window; stacks are unwound from a copy of each
+sample's stack (DWARF), then folded (`fold_perf_script`) into the same collapsed form, frames
+reading `function (module/file.py)` and `symbol (library)`. The interpreter's own frames between
+two Python frames are left out, as py-spy leaves them out.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import platform
 import re
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import HarnessError
@@ -46,20 +65,21 @@ OTHER = "other"
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (GIL, (r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_SaveThread|PyEval_AcquireThread|"
            r"pthread_cond_(timed)?wait|_PyMutex_LockTimed) \(",)),
-    (LOCKS, (r"^(lock_)?PyThread_acquire_lock", r"^PyThread_release_lock", r"\(threading\.py:", r"\(queue\.py:",
-             r"_queuemodule\.c")),
-    (SYSCALLS, (r"^(__libc_|__GI___|__)?(epoll_wait|epoll_ctl|e?poll|select|recv|recvfrom|recvmsg|send|sendto|"
+    (LOCKS, (r"^(lock_)?PyThread_acquire_lock", r"^PyThread_release_lock", r"\(threading\.py[:)]", r"\(queue\.py[:)]",
+             r"_queuemodule\.c", r"\(lib-dynload/_queue\.")),
+    (SYSCALLS, (r"^(__GI_)?(__libc_|___?)?(epoll_wait|epoll_ctl|e?poll|select|recv|recvfrom|recvmsg|send|sendto|"
                 r"sendmsg|read|write|readv|writev|futex|syscall|connect|accept4?|getsockopt|setsockopt)"
                 r"(64)?(_nocancel)? \(",)),
     (BSON, (r"\(bson/", r"_cbson")),
-    (DRIVER_C, (r"\(libpq\.so", r"psycopg_binary", r"psycopg_c", r"\(asyncpg/(protocol|pgproto)/.*\.(pyx|c|pxd)",
+    (DRIVER_C, (r"\(libpq\.so", r"psycopg_binary", r"psycopg_c", r"\(asyncpg/(protocol|pgproto)/.*\.(pyx|c|pxd|so)",
                 r"_cmessage", r"\(pymongo/.*\.c:")),
     (DRIVER_PY, (r"\((pymongo|motor|psycopg|psycopg_pool|asyncpg)/",)),
-    (LOOP, (r"\(asyncio/", r"uvloop", r"\(selectors\.py", r"_asynciomodule\.c")),
+    (LOOP, (r"\(asyncio/", r"uvloop", r"\(selectors\.py", r"_asynciomodule\.c", r"\(lib-dynload/_asyncio\.")),
     (HARNESS, (r"\(harness/",)),
 )
 _COMPILED = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in CATEGORIES)
-_CODE = re.compile(r"\([^()]*\.(py|pyx|pxd|c|cc|cpp|h):\d+\)$")   # a frame that names its source line
+# a frame of code: it names its source (`file.py:12`; perf's Python frames name the file alone)
+_CODE = re.compile(r"\(([^()]*\.(py|pyx|pxd|c|cc|cpp|h)|<frozen [^<>()]*>)(:\d+)?\)$")
 NAMES = (*(name for name, _ in CATEGORIES), OTHER)
 # each category's short name, for metric names and table columns
 KEYS = {GIL: "gil", LOCKS: "locks", SYSCALLS: "syscalls", BSON: "bson", DRIVER_C: "driver_c", DRIVER_PY: "driver_py",
@@ -70,18 +90,29 @@ RATE_HZ = 100   # py-spy's default; what it costs the client is measured per run
 # can choose native frames or Python frames only, and the rate, without the workloads' code (and
 # so the measured experiments' versions) knowing. Python frames only are read without pausing the
 # process (`--nonblocking`): the way to profile a client of many threads that pausing slows down.
-_SAMPLING = re.compile(r"\.(native|python)-(\d+)hz\.collapsed$")
+# The ways of sampling: py-spy with native frames (pausing the process), py-spy with Python frames
+# only (not pausing it), Linux perf (on-CPU samples, native and Python frames, nothing paused).
+NATIVE, PYTHON, PERF = "native", "python", "perf"
+HOWS = (NATIVE, PYTHON, PERF)
+_SAMPLING = re.compile(r"\.(native|python|perf)-(\d+)hz\.collapsed$")
+PERF_PYTHON = (3, 13)          # the first CPython with perf_jit trampolines (DWARF-unwindable)
+PERF_STACK_BYTES = 16384       # the stack copied per sample for DWARF unwinding
+PERF_START_S = 10.0            # how long perf may take to attach before the window fails
+PERF_ENV = "PYTHON_PERF_JIT_SUPPORT=1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def profile_path(folder: Path, variant: str, native: bool = True, rate: int = RATE_HZ) -> Path:
+def profile_path(folder: Path, variant: str, how: str = NATIVE, rate: int = RATE_HZ) -> Path:
     """Where `variant`'s profile goes, its name saying how it is sampled (`sampling_of`)."""
-    return Path(folder) / f"profile_{variant}.{'native' if native else 'python'}-{int(rate)}hz.collapsed"
+    if how not in HOWS:
+        raise ValueError(f"no way of sampling {how!r}: one of {', '.join(HOWS)}")
+    return Path(folder) / f"profile_{variant}.{how}-{int(rate)}hz.collapsed"
 
 
-def sampling_of(out: Path, rate: int = RATE_HZ) -> tuple[bool, int]:
-    """(native frames?, samples a second) that `out`'s name asks for; native at `rate` when it names none."""
+def sampling_of(out: Path, rate: int = RATE_HZ) -> tuple[str, int]:
+    """(how, samples a second) that `out`'s name asks for; native at `rate` when it names none."""
     m = _SAMPLING.search(Path(out).name)
-    return (m.group(1) == "native", int(m.group(2))) if m else (True, rate)
+    return (m.group(1), int(m.group(2))) if m else (NATIVE, rate)
 
 
 def read_collapsed(path: Path) -> list[tuple[tuple[str, ...], int]]:
@@ -178,30 +209,219 @@ def record_argv(out: Path, rate: int = 100, native: bool = True, pid: int | None
     return argv + (["--pid", str(pid)] if pid is not None else ["--", *program])
 
 
-def attach(pid: int, out: Path, rate: int = RATE_HZ) -> subprocess.Popen:
-    """Start py-spy sampling `pid` into `out` until `detach`: as `out`'s name asks (`sampling_of`),
-    else native frames on at `rate`."""
+@dataclass
+class Sampler:
+    """A profiler sampling a process until `detach`: py-spy, or perf with its working folder."""
+
+    proc: subprocess.Popen
+    how: str
+    pid: int
+    work: Path | None = None     # perf's raw data and control pipes
+
+
+def attach(pid: int, out: Path, rate: int = RATE_HZ) -> Sampler:
+    """Start sampling `pid` into `out` until `detach`, as `out`'s name asks (`sampling_of`), else
+    with py-spy's native frames at `rate`. perf samples only this process (`pid` must be ours: its
+    Python frames need the trampolines it turns on here) and only from CPython 3.13."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    native, rate = sampling_of(Path(out), rate)
-    return subprocess.Popen(record_argv(Path(out), rate, native=native, pid=pid), stdin=subprocess.DEVNULL,
+    how, rate = sampling_of(Path(out), rate)
+    if how == PERF:
+        return _perf_attach(pid, Path(out), rate)
+    proc = subprocess.Popen(record_argv(Path(out), rate, native=how == NATIVE, pid=pid), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return Sampler(proc, how, pid)
 
 
-def detach(spy: subprocess.Popen, out: Path | None, timeout_s: float = 60.0) -> str | None:
-    """Stop py-spy (an interrupt makes it write its profile) and wait for it: None when `out` was
-    written, else why not in one line."""
-    if spy.poll() is None:
-        spy.send_signal(signal.SIGINT)
+def detach(spy: Sampler, out: Path | None, timeout_s: float = 60.0) -> str | None:
+    """Stop the profiler (an interrupt makes it write its profile) and wait for it: None when `out`
+    was written, else why not in one line."""
+    tool = "perf" if spy.how == PERF else "py-spy"
     try:
-        _, err = spy.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        spy.kill()
-        _, err = spy.communicate()
-        return f"py-spy did not stop within {timeout_s:g} s"
-    if out is None or not Path(out).is_file():
-        tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.returncode}"]
-        return f"py-spy wrote no profile: {tail[0]}"
+        if spy.proc.poll() is None:
+            spy.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = spy.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            spy.proc.kill()
+            _, err = spy.proc.communicate()
+            return f"{tool} did not stop within {timeout_s:g} s"
+        if spy.how == PERF:
+            return _perf_fold(spy, out, err, timeout_s)
+        if out is None or not Path(out).is_file():
+            tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.proc.returncode}"]
+            return f"py-spy wrote no profile: {tail[0]}"
+        return None
+    finally:
+        if spy.how == PERF:
+            _perf_cleanup(spy)
+
+
+def perf_env(out: Path | None) -> dict[str, str]:
+    """What a child process's environment adds when its window is profiled into `out`: perf's
+    trampolines, which CPython 3.13 turns on only at start-up (so a plain window's child goes
+    without them, and their cost is counted in the profiler's)."""
+    if out is None or sampling_of(Path(out))[0] != PERF:
+        return {}
+    name, _, value = PERF_ENV.partition("=")
+    return {name: value}
+
+
+def perf() -> str:
+    """The perf binary (Debian's linux-perf, which scripts/bootstrap installs)."""
+    found = shutil.which("perf")
+    if found is None:
+        raise HarnessError("perf is not installed: run scripts/bootstrap (it installs Debian's linux-perf)")
+    return found
+
+
+def _perf_attach(pid: int, out: Path, rate: int) -> Sampler:
+    if pid != os.getpid():
+        raise HarnessError("perf profiles only the process that asks (its Python frames need its trampolines)")
+    if sys.version_info[:2] < PERF_PYTHON:
+        raise HarnessError(f"perf names Python frames from CPython {'.'.join(map(str, PERF_PYTHON))} on "
+                           f"(perf_jit); this is {platform.python_version()}")
+    binary = perf()
+    if not sys.is_stack_trampoline_active():   # type: ignore[attr-defined]  # 3.12+
+        # 3.13 turns perf_jit on only at start-up; 3.14 also on demand
+        try:
+            sys.activate_stack_trampoline("perf_jit")   # type: ignore[attr-defined]
+        except ValueError:
+            raise HarnessError(f"perf names Python frames only when the process starts with "
+                               f"{PERF_ENV} (profiles.perf_env)") from None
+    work = Path(tempfile.mkdtemp(prefix="perf-", dir=out.parent))
+    ctl, ack = work / "ctl", work / "ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    # every core on a fixed period of its time (not a frequency perf would tune as it goes; the
+    # samples of other processes are dropped when folding), started disabled and enabled through the
+    # control pipe once perf is ready, so the window is sampled from its start
+    argv = [binary, "record", "-a", "-e", "cpu-clock", "-c", str(round(1e9 / rate)), "-k", "1", "-N", "-q",
+            "--call-graph", f"dwarf,{PERF_STACK_BYTES}", "-D", "-1", "--control", f"fifo:{ctl},{ack}",
+            "-o", str(work / "perf.data")]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=_perf_env(work))
+    spy = Sampler(proc, PERF, pid, work)
+    # read-write opens never block on a pipe, even before perf has opened its end
+    ctl_fd, ack_fd = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR)
+    try:
+        os.write(ctl_fd, b"enable\n")
+        deadline = time.monotonic() + PERF_START_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([ack_fd], [], [], 0.1)[0]:
+                os.read(ack_fd, 64)
+                return spy
+    finally:
+        os.close(ctl_fd)
+        os.close(ack_fd)
+    if proc.poll() is None:
+        proc.kill()
+    err = proc.communicate()[1] or ""
+    _perf_cleanup(spy)
+    tail = err.strip().splitlines()[-1:] or [f"no answer within {PERF_START_S:g} s"]
+    raise HarnessError(f"perf could not attach: {tail[0]}")
+
+
+def _perf_env(work: Path) -> dict[str, str]:
+    """perf's environment: its home, and so its build-id cache, in `work` (removed with it), not
+    ~/.debug, where `perf inject --jit` would leave a code file per Python function of every profile."""
+    return dict(os.environ, HOME=str(work), PERF_BUILDID_DIR=str(work / ".debug"))
+
+
+def _perf_fold(spy: Sampler, out: Path | None, err: str, timeout_s: float) -> str | None:
+    """perf's raw samples, their Python frames named (`perf inject --jit`), folded into `out`."""
+    assert spy.work is not None
+    raw, named = spy.work / "perf.data", spy.work / "perf.jit.data"
+    if out is None or not raw.is_file():
+        tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.proc.returncode}"]
+        return f"perf wrote no profile: {tail[0]}"
+    steps = ([perf(), "inject", "--jit", "-i", str(raw), "-o", str(named)],
+             [perf(), "script", "-F", "ip,sym,dso", "--no-inline", "--pid", str(spy.pid), "-i", str(named)])
+    text = ""
+    for argv in steps:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, errors="replace",
+                                  env=_perf_env(spy.work))
+        except subprocess.TimeoutExpired:
+            return f"perf {argv[1]} did not finish within {timeout_s:g} s"
+        if done.returncode != 0:
+            tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            return f"perf {argv[1]} failed: {tail[0]}"
+        text = done.stdout
+    stacks = fold_perf_script(text)
+    Path(out).write_text("".join(f"{';'.join(stack)} {n}\n" for stack, n in stacks))
     return None
+
+
+def _perf_cleanup(spy: Sampler) -> None:
+    """Remove perf's data and the code files it wrote for the JIT."""
+    if spy.work is not None:
+        shutil.rmtree(spy.work, ignore_errors=True)
+    # CPython writes /tmp/jit-<pid>.dump; `perf inject --jit` a code file per Python function beside it
+    for path in (*glob.glob(f"/tmp/jitted-{spy.pid}-*.so"), f"/tmp/jit-{spy.pid}.dump"):
+        Path(path).unlink(missing_ok=True)
+
+
+_PERF_FRAME = re.compile(r"^\s*[0-9a-f]+\s+(?P<sym>.*) \((?P<dso>[^()]*)\)$")
+_INTERPRETER_LIB = re.compile(r"^(libpython\d|python\d)")
+_INTERPRETER_GLUE = ("py_trampoline_evaluator", "[unknown]")
+_STDLIB = re.compile(r"/lib/python\d\.\d+t?/(?:site-packages/|dist-packages/)?(?P<rest>.*)$")
+
+
+def short_path(path: str) -> str:
+    """A file as py-spy names it: from its package (`asyncio/events.py`, `harness/core/x.py`), a
+    library by its name."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    m = _STDLIB.search(path)
+    if m:
+        return m.group("rest")
+    root = str(REPO_ROOT) + "/"
+    if path.startswith(root):
+        return path[len(root):]
+    return Path(path).name if path.startswith("/") else path
+
+
+def _perf_frame(sym: str, dso: str) -> tuple[str, bool]:
+    """(the frame in py-spy's form, whether it is Python's)."""
+    if sym.startswith("py::"):
+        name, _, path = sym[4:].rpartition(":")
+        return f"{name} ({short_path(path)})", True
+    sym = sym.split("@", 1)[0]            # glibc's symbol versions: pthread_cond_wait@@GLIBC_2.3.2
+    where = "kernel" if dso.startswith("[kernel") else short_path(dso)
+    return f"{sym} ({where})".replace(";", ","), False
+
+
+def fold_perf_script(text: str) -> list[tuple[tuple[str, ...], int]]:
+    """`perf script -F ip,sym,dso` output (one block a sample, leaf first) as collapsed stacks with
+    counts, root first: the native frames a Python frame calls are kept, the interpreter's own frames
+    between Python frames left out (as py-spy leaves them out), unknown frames dropped."""
+    out: Counter = Counter()
+
+    def flush(frames: list[tuple[str, bool, bool]]) -> None:
+        if not frames:
+            return
+        leaf_py = next((i for i, f in enumerate(frames) if f[1]), len(frames))
+        kept = [name for i, (name, is_py, glue) in enumerate(frames)
+                if is_py or (not glue if i < leaf_py else not glue and not _INTERPRETER_LIB.match(
+                    name.rpartition(" (")[2]))]
+        if kept:
+            out[tuple(reversed(kept))] += 1
+
+    frames: list[tuple[str, bool, bool]] = []
+    for line in text.splitlines():
+        m = _PERF_FRAME.match(line)
+        if m is None:
+            if not line.strip():
+                flush(frames)
+                frames = []
+            continue
+        sym, dso = m.group("sym"), m.group("dso")
+        name, is_py = _perf_frame(sym, dso)
+        glue = sym in _INTERPRETER_GLUE or dso == "[unknown]"
+        frames.append((name, is_py, glue))
+    flush(frames)
+    return sorted(out.items())
 
 
 def speedscope(stacks: Sequence[tuple[Sequence[str], int]], name: str) -> dict:

@@ -5,11 +5,13 @@
   the categories that make up the gap between them. The rule, written before the run: the named
   categories (every one but `other`) that widen the gap, largest first, until they hold half of it;
   if all of them together hold less than half, the gap is "not explained".
-- Either reads a profile only where it is faithful (`unfaithful`): py-spy kept at least half of the
-  model's throughput and sampled between half and twice its active time. The pass profiles each comparison
-  more than one way (native frames at 100 Hz, then at a low rate or Python frames only); the first
-  way, in that order, whose profiles are all faithful is the one read, and the line names it; when
-  none is, the line says why, and the gap is "not explained" or the GIL "not judged".
+- Either reads a profile only where it is faithful (`unfaithful`): the profiler kept at least half
+  of the model's throughput and sampled between half and twice its active time. The pass profiles
+  each comparison more than one way (py-spy's native frames at 100 Hz, then at a low rate or Python
+  frames only, then Linux perf); the first way, in that order, whose profiles are all faithful is the
+  one read, and the line names it; when none is, the line says why, and the gap is "not explained"
+  or the GIL "not judged". perf's profiles are of CPython 3.13 (`experiments.profiled`): their shares
+  apportion the CPU measured on the study's interpreter, and the line says both.
 - 002-cpu: the seed explains the threads' extra CPU by "a GIL handoff every time libpq returns, an
   OS context switch per wake-up, and 200 threads competing for one interpreter". Its two countable
   parts are read against pg_models' pool-bound regime and the profiled pass:
@@ -18,9 +20,9 @@
   - the GIL holds as a cause when the interpreter lock's share of the threads' profile is at least
     `GIL_MATERIAL` (the lower end of its 95% binomial interval over the samples).
 
-A profile's share counts a thread's active time, running or waiting for a core (`core.profiles`):
-the µs by category are that share of the measured CPU per query, an apportionment, not a second
-measurement.
+A py-spy profile's share counts a thread's active time, running or waiting for a core; perf's, its
+CPU time (`core.profiles`): the µs by category are that share of the measured CPU per query, an
+apportionment, not a second measurement.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ MODELS_SIDES = (("async client", "mongo_models", "async_bare", "async"),
                 ("32 threads", "mongo_models", "threads32", "threads"))
 CPU_SIDES = (("threads + psycopg", "threads_psycopg"), ("uvloop + asyncpg", "uvloop_asyncpg"))
 # the profiled pass's parts for each comparison, in the order they are tried
-MODELS_PARTS = ("mongo_models", "mongo_models_python")
-GIL_PARTS = ("pg_bound", "pg_bound_low")
+MODELS_PARTS = ("mongo_models", "mongo_models_python", "mongo_models_perf")
+GIL_PARTS = ("pg_bound", "pg_bound_low", "pg_bound_perf")
 BOUND = "bound.pool20"
 
 
@@ -72,23 +74,35 @@ def unfaithful(got: Mapping, variant: str) -> str:
     """'' when `variant`'s profile is faithful (FAITHFUL_*), else why not, in words."""
     kept = _value(got.get(("profiled", variant, "profiled_over_plain")), "median")
     sampled = _value(got.get(("profiled", variant, "sampled_over_active")), "median")
+    tool = "perf" if _value(got.get(("profiled", variant, "on_cpu")), "median") == 1 else "py-spy"
     if math.isnan(kept) or kept < FAITHFUL_THROUGHPUT:
-        return f"py-spy kept {kept:.0%} of its throughput; at least {FAITHFUL_THROUGHPUT:.0%} is needed"
+        return f"{tool} kept {kept:.0%} of its throughput; at least {FAITHFUL_THROUGHPUT:.0%} is needed"
     if math.isnan(sampled) or sampled > FAITHFUL_SAMPLING:
-        return (f"py-spy sampled {num.sig3(sampled)}× its active time, at most {num.sig3(FAITHFUL_SAMPLING)}× "
+        return (f"{tool} sampled {num.sig3(sampled)}× its active time, at most {num.sig3(FAITHFUL_SAMPLING)}× "
                 "allowed: waiting threads were counted as running")
     if sampled < FAITHFUL_SAMPLING_MIN:
-        return (f"py-spy sampled {num.sig3(sampled)}× its active time, at least {num.sig3(FAITHFUL_SAMPLING_MIN)}× "
+        return (f"{tool} sampled {num.sig3(sampled)}× its active time, at least {num.sig3(FAITHFUL_SAMPLING_MIN)}× "
                 "needed: it passed over active threads")
     return ""
 
 
+def python_of(got: Mapping, variant: str) -> str:
+    """The interpreter of `variant`'s windows in the profiled pass ('3.13'), '' when unrecorded."""
+    v = _value(got.get(("profiled", variant, "python")), "median")
+    return "" if math.isnan(v) else f"{v:.2f}"
+
+
 def sampling_label(got: Mapping, variant: str) -> str:
-    """How the profiled pass sampled `variant`, from its figures: `native frames, 100 Hz` or
-    `Python frames only, 100 Hz` (runs before the pass said so sampled native frames only)."""
+    """How the profiled pass sampled `variant`, from its figures: `native frames, 100 Hz`, `Python
+    frames only, 100 Hz` or `perf, on-CPU, 100 Hz, CPython 3.13` (runs before the pass said so
+    sampled native frames only)."""
     native = _value(got.get(("profiled", variant, "native_frames")), "median")
     rate = _value(got.get(("profiled", variant, "rate_hz")), "median")
-    return ("Python frames only" if native == 0 else "native frames") + ("" if math.isnan(rate) else f", {rate:g} Hz")
+    hz = "" if math.isnan(rate) else f", {rate:g} Hz"
+    if _value(got.get(("profiled", variant, "on_cpu")), "median") == 1:
+        python = python_of(got, variant)
+        return f"perf, on-CPU{hz}" + (f", CPython {python}" if python else "")
+    return ("Python frames only" if native == 0 else "native frames") + hz
 
 
 def _measured(got: Mapping, variant: str) -> bool:
@@ -138,6 +152,15 @@ def models_gap(summary: Mapping[str, Any]) -> list[str]:
                                                       sorted(by.items(), key=lambda kv: -kv[1]) if us >= 0.5)
                           if by else "no faithful profile")
                          for label, cpu, by, own_how in sides) + "."]
+    python = python_of(got, f"{part}.{models[0]}") if part else ""
+    measured_on = str((got.get((MODELS_SIDES[0][1], MODELS_SIDES[0][2], "cpu_us_per_query")) or {}).get("interpreter")
+                      or "")
+    if python and measured_on and not measured_on.startswith(f"CPython {python}."):
+        # the shares are another interpreter's: say what its own windows spent, beside the measured CPU
+        own = "; ".join(f"{label} {num.sig3(_value(got.get(('profiled', f'{part}.{model}', 'cpu_us_per_op'))))}"
+                        for label, _, _, model in MODELS_SIDES)
+        lines.append(f"- The shares are of CPython {python}, applied to the CPU measured on {measured_on}; the "
+                     f"profiled pass's own plain windows on {python} spent (µs per query, one window each): {own}.")
     if whys:
         lines.append(f"- Profiles not read: {'; '.join(whys)}.")
     (a, a_cpu, a_us, _), (b, b_cpu, b_us, _) = sides

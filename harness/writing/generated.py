@@ -155,8 +155,8 @@ def why_block(summary: Mapping[str, Any]) -> str:
         if experiment == "profiled" and metric == "profiled_over_plain" and num.finite(m.get("median")) is not None:
             cost.setdefault(mechanisms.sampling_label(figures, variant), []).append(float(m["median"]))
     if cost:
-        parts.append("The profiler (py-spy) kept " + "; ".join(f"{min(c):.0%}–{max(c):.0%} ({way})" for way, c in
-                                                              sorted(cost.items())) +
+        parts.append("The profiler (py-spy, or perf) kept " + "; ".join(f"{min(c):.0%}–{max(c):.0%} ({way})" for way, c
+                                                                       in sorted(cost.items())) +
                      " of each model's throughput in its window; no verdict reads a profiled window.")
     return "\n\n".join(parts)
 

@@ -7,11 +7,13 @@
 - ctx_vol_per_op, ctx_invol_per_op: the client's context switches per operation (plain window);
 - samples, share_<category>: the profiled window's samples and each category's share of them
   (`core.profiles`); cpu_us_<category>: that share of the plain window's CPU per operation;
-- sampled_over_active: the samples over the profiled window's active time (CPU + run-queue wait)
-  times its sampling rate (`rate_hz`): 1 when py-spy sampled every active moment once (it counts a
-  runnable thread as active, `core.profiles`);
-- sampling, rate_hz, native_frames: how the profiled window was sampled (native frames, at the low
-  rate, or Python frames only; `experiments.profiled`), native_frames 1 or 0.
+- sampled_over_active: the samples over the profiled window's active time times its sampling rate
+  (`rate_hz`): 1 when the profiler sampled every active moment once. Active is CPU + run-queue wait
+  for py-spy (it counts a runnable thread as active, `core.profiles`), CPU alone for perf (it
+  samples on-CPU time);
+- sampling, rate_hz, native_frames, on_cpu: how the profiled window was sampled (native frames, at
+  the low rate, Python frames only, or perf; `experiments.profiled`), native_frames and on_cpu 1 or 0;
+- python: the interpreter that ran the variant's windows, as 3.13 (major + minor / 100).
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from ...core.store import Run
 
 EXPERIMENT = "profiled"
 KEYS = tuple(profiles.KEYS.values())
+PERF = "perf"      # experiment.PERF: the windows' `sampling` of a perf part
+
+
+def python_number(version: object) -> float:
+    """'3.13.0' as 3.13 (major + minor / 100); NaN when it says nothing."""
+    parts = str(version or "").split(".")
+    try:
+        return int(parts[0]) + int(parts[1]) / 100
+    except (IndexError, ValueError):
+        return math.nan
 
 
 def _window(w: pd.Series) -> dict[str, float]:
@@ -32,8 +44,10 @@ def _window(w: pd.Series) -> dict[str, float]:
     wall = float(w["wall_s"])
     check = w.get("cpu_check")
     fits = not (isinstance(check, str) and check)   # missing (a MongoDB window) or '' fits
+    on_cpu = w.get("sampling") == PERF     # perf samples CPU time; py-spy a runnable thread too
+    waited = 0.0 if on_cpu else float(w.get("cpu_wait_s", math.nan))
     return {"throughput": completed / wall if wall else math.nan,
-            "active_s": float(w["cpu_s"]) + float(w.get("cpu_wait_s", math.nan)) if fits else math.nan,
+            "active_s": float(w["cpu_s"]) + waited if fits else math.nan,
             "cpu_us": stats.cpu_per_op_us(float(w["cpu_s"]), completed) if fits else math.nan,
             "ctx_vol": stats.switches_per_op(w.get("ctx_voluntary"), completed),
             "ctx_invol": stats.switches_per_op(w.get("ctx_involuntary"), completed)}
@@ -44,7 +58,10 @@ PART_TITLES = {"pg_fast": "PostgreSQL, fast queries (002-cpu)", "pg_bound": "Pos
                "mongo_cursor": "A large cursor: default batches against batch_size (001-cursor)",
                "pg_bound_low": "PostgreSQL, pool-bound, native frames at the low rate (002-cpu)",
                "pg_fast_python": "PostgreSQL, fast queries, Python frames only (002-cpu)",
-               "mongo_models_python": "PyMongo: 32 threads against async, Python frames only (001-models)"}
+               "mongo_models_python": "PyMongo: 32 threads against async, Python frames only (001-models)",
+               "pg_fast_perf": "PostgreSQL, fast queries, Linux perf: on-CPU samples (002-cpu)",
+               "pg_bound_perf": "PostgreSQL, pool-bound, Linux perf: on-CPU samples (002-cpu)",
+               "mongo_models_perf": "PyMongo: 32 threads against async, Linux perf: on-CPU samples (001-models)"}
 
 
 def stacks(run: Run, variant: str) -> list[tuple[tuple[str, ...], int]]:
@@ -87,7 +104,9 @@ def variant_figures(run: Run) -> pd.DataFrame:
                "profiled_over_plain": b["throughput"] / a["throughput"] if a["throughput"] else math.nan,
                "cpu_us_per_op": a["cpu_us"], "cpu_us_per_op_profiled": b["cpu_us"],
                "ctx_vol_per_op": a["ctx_vol"], "ctx_invol_per_op": a["ctx_invol"], "sampling": sampling,
-               "rate_hz": hz, "native_frames": float(sampling != "python") if sampling else math.nan}
+               "rate_hz": hz, "native_frames": float(sampling != "python") if sampling else math.nan,
+               "on_cpu": float(sampling == PERF) if sampling else math.nan,
+               "python": python_number(g["python"].iloc[0] if "python" in g else None)}
         mine = shares[(shares["variant"] == variant) & (shares["repeat"] == rep)] if not shares.empty else shares
         if len(mine):
             by_key = mine.set_index("category")

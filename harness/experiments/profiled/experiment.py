@@ -19,13 +19,17 @@ threads 10–31%), and a profile of a client slowed that much is not of the clie
   against `batch_size=1000`, again and again for the window (001-cursor);
 - `pg_bound_low`: pg_bound with native frames at `low_rate_hz` (the interpreter lock's share needs
   native frames);
-- `pg_fast_python`, `mongo_models_python`: pg_fast and mongo_models, Python frames only.
+- `pg_fast_python`, `mongo_models_python`: pg_fast and mongo_models, Python frames only;
+- `pg_fast_perf`, `pg_bound_perf`, `mongo_models_perf`: the same workloads sampled by Linux perf
+  (`core.profiles`): on-CPU samples, native and Python frames, nothing paused. perf names Python
+  frames only from CPython 3.13, so each window of these parts, plain and profiled, runs in a child
+  on `perf_python`'s venv (`profiled.child`); their shares are of that interpreter's client.
 
-Tables: `windows` (one per model and window, `profiled` saying which; the client's CPU and
-context switches as every window has them), `profiles` (the profiled window's samples by category,
-`core.profiles`), `failures`. Each profiled window's stacks are kept among the artifacts as a
-speedscope file (`profile_<variant>.speedscope.json`, for an interactive look at
-https://www.speedscope.app). Per-operation samples are not kept: nothing here is judged, and the
+Tables: `windows` (one per model and window, `profiled` saying which, `python` the interpreter
+that ran it; the client's CPU and context switches as every window has them), `profiles` (the
+profiled window's samples by category, `core.profiles`), `failures`. Each profiled window's stacks
+are kept among the artifacts as a speedscope file (`profile_<variant>.speedscope.json`, for an
+interactive look at https://www.speedscope.app). Per-operation samples are not kept: nothing here is judged, and the
 windows hold the counts the profiler's cost is read from.
 
 Kept apart from every verdict: no ledger row names this experiment, it runs once after the other
@@ -35,35 +39,36 @@ experiments' repeats (`after_repeats`), and no other experiment's table holds a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import platform
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core import datasets, profiles
-from ...core.measure import Window, completions_in_window, error_text
+from ...core import datasets, interpreters, processes, profiles
+from ...core.measure import EdgeCPU, Window, error_text
 from ..base import OTHER_COLUMNS, Context, Experiment, Metric, Params, window_columns
-from ..mongo.workload import (
-    DOCUMENTS,
-    async_client,
-    async_variant,
-    ferretdb_backend_index,
-    orders,
-    run_async,
-    threads_variant,
-)
-from ..postgres.workload import SEED_MODELS, VariantSpec, find_postmaster, measure_in_child
+from ..mongo.workload import DOCUMENTS, async_client, ferretdb_backend_index, orders, run_async
+from ..postgres.workload import SEED_MODELS, VariantSpec, cpu_at_edges, find_postmaster, measure_in_child
 from .analysis import variant_figures
+from .child import mongo_window
 
-NATIVE, LOW_RATE, PYTHON = "native", "native, low rate", "python"
+NATIVE, LOW_RATE, PYTHON, PERF = "native", "native, low rate", "python", "perf"
 # part: (the workload it runs, how it is sampled, the lesson it explains)
 PARTS = {"pg_fast": ("pg_fast", NATIVE, "002-cpu"), "pg_bound": ("pg_bound", NATIVE, "002-bound"),
          "mongo_models": ("mongo_models", NATIVE, "001-models"), "mongo_cursor": ("mongo_cursor", NATIVE, "001-cursor"),
          "pg_bound_low": ("pg_bound", LOW_RATE, "002-cpu"), "pg_fast_python": ("pg_fast", PYTHON, "002-cpu"),
-         "mongo_models_python": ("mongo_models", PYTHON, "001-models")}
+         "mongo_models_python": ("mongo_models", PYTHON, "001-models"),
+         "pg_fast_perf": ("pg_fast", PERF, "002-cpu"), "pg_bound_perf": ("pg_bound", PERF, "002-cpu"),
+         "mongo_models_perf": ("mongo_models", PERF, "001-models")}
+# how each way of sampling names its profile's file (`core.profiles`)
+PROFILER = {NATIVE: profiles.NATIVE, LOW_RATE: profiles.NATIVE, PYTHON: profiles.PYTHON, PERF: profiles.PERF}
 MONGO_MODELS = ("threads", "async")
 CURSOR_MODELS = ("default", "batch")
 CHILD_OVERHEAD_S = 60.0
+CHILD = "harness.experiments.profiled.child"   # a perf part's windows, on the perf interpreter
 CATEGORY_KEYS = tuple(profiles.KEYS.values())
 
 
@@ -84,6 +89,7 @@ class ProfiledParams(Params):
     warmup_s: float = 1.0
     rate_hz: int = profiles.RATE_HZ
     low_rate_hz: int = 20
+    perf_python: str = "3.13"     # the interpreter of the perf parts (perf_jit trampolines)
     seed: int = 20261130
     timeout_s: float = 1800.0
 
@@ -112,9 +118,10 @@ class Profiled(Experiment):
                   "pg_models": ("threads_psycopg", "asyncio_asyncpg"), "pg_clients": 8, "pg_pool": 4,
                   "mongo_threads": 4, "mongo_tasks": 20, "mongo_pool": 4, "cursor_batch": 100,
                   "timeout_s": 600.0,
-                  # each workload and both ways of sampling once (the low rate is native sampling at
+                  # each workload and each way of sampling once (the low rate is native sampling at
                   # another rate, and leaves a pool-bound smoke window of 0.6 s without a sample)
-                  "parts": ("pg_fast", "pg_fast_python", "mongo_models", "mongo_models_python", "mongo_cursor")},
+                  "parts": ("pg_fast", "pg_fast_python", "pg_fast_perf", "mongo_models", "mongo_models_python",
+                            "mongo_models_perf", "mongo_cursor")},
     }
     repeats = {"smoke": 1, "quick": 1, "full": 1, "seed": 1}
     headline = (Metric("profiled_over_plain", "ratio", "higher"),)   # the profiler's own cost first
@@ -130,7 +137,7 @@ class Profiled(Experiment):
                Metric("cpu_us_per_op_profiled", "us", "lower"), Metric("ctx_vol_per_op", "switches", ""),
                Metric("ctx_invol_per_op", "switches", ""), Metric("samples", "count", ""),
                Metric("sampled_over_active", "ratio", ""), Metric("rate_hz", "Hz", ""),
-               Metric("native_frames", "flag", ""),
+               Metric("native_frames", "flag", ""), Metric("on_cpu", "flag", ""), Metric("python", "version", ""),
                Metric("share_{category}", "share", ""), Metric("cpu_us_{category}", "us", ""))
 
     def datasets(self, p: ProfiledParams) -> list:
@@ -143,7 +150,7 @@ class Profiled(Experiment):
         for _, r in variant_figures(run).iterrows():
             for m in ("throughput_plain", "throughput_profiled", "profiled_over_plain", "cpu_us_per_op",
                       "cpu_us_per_op_profiled", "ctx_vol_per_op", "ctx_invol_per_op", "samples", "sampled_over_active",
-                      "rate_hz", "native_frames",
+                      "rate_hz", "native_frames", "on_cpu", "python",
                       *(f"share_{k}" for k in CATEGORY_KEYS), *(f"cpu_us_{k}" for k in CATEGORY_KEYS)):
                 rows.put(r["variant"], m, r["repeat"], r.get(m))
 
@@ -167,10 +174,12 @@ class Profiled(Experiment):
         variant = f"{part}.{model}"
         workload, sampling, _lesson = PARTS[part]
         rate = p.low_rate_hz if sampling == LOW_RATE else p.rate_hz
-        out = profiles.profile_path(ctx.artifacts, variant, native=sampling != PYTHON, rate=rate) if profiled else None
-        ctx.log.info("running %s%s", variant, f" under py-spy ({sampling}, {rate} Hz)" if profiled else "")
+        out = profiles.profile_path(ctx.artifacts, variant, PROFILER[sampling], rate) if profiled else None
+        ctx.log.info("running %s%s", variant, f" profiled ({sampling}, {rate} Hz)" if profiled else "")
         try:
-            if workload.startswith("pg_"):
+            if sampling == PERF:
+                window = self._in_child(ctx, workload, variant, model, out)
+            elif workload.startswith("pg_"):
                 window = self._pg(ctx, workload, variant, model, out)
             elif workload == "mongo_models":
                 window = self._mongo(ctx, model, out)
@@ -181,6 +190,7 @@ class Profiled(Experiment):
                                      "error": error_text(e)}])
             ctx.log.warning("%s failed: %s", variant, error_text(e))
             return
+        window.setdefault("python", platform.python_version())   # this process's, or its child's on it
         error = str(window.pop("profile_error", "") or "")
         ctx.record("windows", [{**window, "variant": variant, "part": part, "model": model, "profiled": profiled,
                                 "profile_error": error, "sampling": sampling if profiled else "",
@@ -197,34 +207,60 @@ class Profiled(Experiment):
         if out is not None:
             out.unlink(missing_ok=True)
 
-    def _pg(self, ctx: Context, workload: str, variant: str, model: str, out: Path | None) -> dict[str, Any]:
+    def _pg_spec(self, ctx: Context, workload: str, variant: str, model: str, out: Path | None) -> VariantSpec:
         p: ProfiledParams = ctx.params
         pid, _how = find_postmaster(ctx.servers.postgres_dsn, ctx.servers.postgres.pids)
         slow_ms = p.pg_bound_ms if workload == "pg_bound" else 0.0
-        spec = VariantSpec(variant=variant, model=model, dsn=ctx.servers.postgres_dsn, pool=p.pg_pool,
+        return VariantSpec(variant=variant, model=model, dsn=ctx.servers.postgres_dsn, pool=p.pg_pool,
                            clients=p.pg_clients, slow_ms=slow_ms, warmup_s=p.warmup_s, duration_s=p.duration_s,
                            rows=p.rows, seed=p.seed, calibration_requests=0, postmaster_pid=pid,
                            regime=workload.removeprefix("pg_"), profile=str(out) if out else "")
+
+    def _pg(self, ctx: Context, workload: str, variant: str, model: str, out: Path | None) -> dict[str, Any]:
+        p: ProfiledParams = ctx.params
+        spec = self._pg_spec(ctx, workload, variant, model, out)
         timeout = p.warmup_s + p.duration_s + CHILD_OVERHEAD_S
         result, child = measure_in_child(ctx, spec, timeout, f"{variant.replace('.', '_')}{'_profiled' if out else ''}")
         if result is None:
             raise RuntimeError(child.error or "the child returned no result")
         return {k: v for k, v in result["window"].items() if not isinstance(v, (list, dict))}
 
+    def _mongo_args(self, p: ProfiledParams, model: str) -> dict[str, Any]:
+        return dict(model=model, threads=p.mongo_threads, tasks=p.mongo_tasks, pool=p.mongo_pool,
+                    duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed)
+
     def _mongo(self, ctx: Context, model: str, out: Path | None) -> dict[str, Any]:
+        return mongo_window(ctx.servers, **self._mongo_args(ctx.params, model), profile=out)
+
+    def _in_child(self, ctx: Context, workload: str, variant: str, model: str, out: Path | None) -> dict[str, Any]:
+        """A perf part's window in a child on `perf_python`'s venv (`profiled.child`), the profiled
+        one with perf's trampolines on; a PostgreSQL window's CPU read here at its edges."""
         p: ProfiledParams = ctx.params
-        capture = _Capture(ctx)
-        common: dict[str, Any] = dict(duration_s=p.duration_s, warmup_s=p.warmup_s, seed=p.seed, profile=out)
-        if model == "threads":
-            samples = threads_variant(capture, model, threads=p.mongo_threads, pool_size=p.mongo_threads, **common)
+        venv = interpreters.ensure_venv(interpreters.resolve(p.perf_python), build=False)
+        if workload.startswith("pg_"):
+            pg = self._pg_spec(ctx, workload, variant, model, out)
+            spec: dict[str, Any] = {"pg": dataclasses.asdict(pg)}
+            postmaster = pg.postmaster_pid
         else:
-            samples = async_variant(capture, model, loop="asyncio", driver="pymongo", pool_size=p.mongo_pool,
-                                    tasks=p.mongo_tasks, semaphore=False, **common)
-        window = dict(capture.windows[0])
-        window["completed"] = completions_in_window([r["start_s"] + r["latency_s"] for r in samples],
-                                                    [r["ok"] for r in samples], 0.0, window["wall_s"])
-        window["errors"] = sum(not r["ok"] for r in samples)
-        return window
+            spec = {"mongo": {**self._mongo_args(p, model), "profile": str(out) if out else ""},
+                    "mongodb_uri": ctx.servers.mongodb_uri}
+            postmaster = None
+        stem = f"{variant.replace('.', '_')}{'_profiled' if out else ''}"
+        with tempfile.TemporaryDirectory(prefix="profiled-") as tmp, \
+                EdgeCPU({"server": (postmaster, True)}) as cpu:
+            child = processes.run_child(f"profiled:{stem}", CHILD, spec, result_path=Path(tmp) / "out.json",
+                                        log_path=ctx.artifacts / f"{stem}.log",
+                                        # perf's samples are named and folded in the child, after its window
+                                        timeout_s=p.warmup_s + p.duration_s + 3 * CHILD_OVERHEAD_S,
+                                        env=interpreters.child_env(profiles.perf_env(out)), python=venv.python,
+                                        on_start=lambda pid: cpu.add("client", pid))
+            if child.error is not None or child.result is None:
+                raise RuntimeError(child.error or "the child returned no result")
+            window = child.result["window"]
+            if postmaster is not None:
+                window.update(cpu_at_edges(cpu, window, True))
+        window["python"] = child.result["runtime"]["python"]
+        return {k: v for k, v in window.items() if not isinstance(v, (list, dict))}
 
     def _cursor(self, ctx: Context, model: str, out: Path | None) -> dict[str, Any]:
         p: ProfiledParams = ctx.params
@@ -253,19 +289,6 @@ async def _drain(col: Any, batch: int, seconds: float) -> int:
         if time.perf_counter() >= stop:
             return n
         await asyncio.sleep(0)
-
-
-class _Capture:
-    """What the MongoDB workload's variants need of a Context: the servers, and a `record` that
-    keeps their rows here instead of in this experiment's tables (their samples are not kept)."""
-
-    def __init__(self, ctx: Context):
-        self.servers = ctx.servers
-        self.windows: list[dict[str, Any]] = []
-
-    def record(self, table: str, rows: list[dict[str, Any]]) -> None:
-        if table == "windows":
-            self.windows.extend(rows)
 
 
 EXPERIMENT = Profiled()
