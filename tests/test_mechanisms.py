@@ -146,3 +146,15 @@ def test_the_lock_is_judged_on_the_low_rate_profile_when_the_100_hz_one_is_not_f
     unfaithful = [r for r in rows if not (r[1] == "pg_bound_low.threads_psycopg" and r[2] == "profiled_over_plain")]
     (lock,) = mechanisms.lines(_summary([*unfaithful, *_faithful("pg_bound_low.threads_psycopg", 0.4)]), "002-cpu")
     assert "**not judged**" in lock and "native frames, 20 Hz: threads_psycopg: py-spy kept 40%" in lock, lock
+
+
+def test_the_lock_s_share_is_also_told_as_microseconds_of_the_measured_cpu_per_request():
+    rows = [*_faithful("pg_bound_perf.threads_psycopg"), *_faithful("pg_bound_perf.uvloop_asyncpg")]
+    for model, gil, cpu in (("threads_psycopg", 0.25, 400.0), ("uvloop_asyncpg", 0.0, 200.0)):
+        rows += [("profiled", f"pg_bound_perf.{model}", "share_gil", gil, None, None),
+                 ("profiled", f"pg_bound_perf.{model}", "samples", 400, None, None),
+                 ("pg_models", f"bound.pool20.{model}", "cpu_us_per_req", cpu, None, None)]
+    (lock,) = mechanisms.lines(_summary(rows), "002-cpu")
+    assert "the profiled pass, perf, on-CPU, 100 Hz, CPython 3.13)" in lock, lock
+    assert "threads + psycopg 25.0% of 400 samples (≈ 100 µs of its 400 µs of CPU per request)" in lock, lock
+    assert "uvloop + asyncpg 0.0% of 400 samples (≈ 0 µs of its 200 µs of CPU per request)" in lock, lock

@@ -189,6 +189,12 @@ def gap_text(gap: float, a_us: Mapping[str, float], b_us: Mapping[str, float]) -
     return f"Made of (at least half of it): {', '.join(named)}."
 
 
+def _per_request(got: Mapping, model: str, share: float) -> str:
+    """The lock's share as µs of the model's measured CPU per request (pool-bound), an apportionment."""
+    cpu = _value(got.get(("pg_models", f"{BOUND}.{model}", "cpu_us_per_req")))
+    return "" if math.isnan(cpu) else f" (≈ {num.sig3(share * cpu)} µs of its {num.sig3(cpu)} µs of CPU per request)"
+
+
 def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
     """002-cpu: context switches per request and the interpreter lock's share, against the seed's cause."""
     got = metrics_by_key(summary)
@@ -220,7 +226,8 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
     if len(gil) == len(CPU_SIDES):
         _, t_share, t_n = gil[0]
         low = stats.share_interval(round(t_share * t_n), t_n)[0]   # the share's 95% lower end
-        shown = "; ".join(f"{label} {share:.1%} of {n} samples" for label, share, n in gil)
+        shown = "; ".join(f"{label} {share:.1%} of {n} samples" + _per_request(got, model, share)
+                          for (label, share, n), (_, model) in zip(gil, CPU_SIDES))
         lines.append(f"- The interpreter lock's share of the client's profile (pool-bound, the profiled pass, {how}): "
                      f"{shown}. "
                      "\"A GIL handoff every time libpq returns\" as a cause of the threads' extra CPU: "
