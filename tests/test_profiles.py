@@ -117,20 +117,13 @@ def test_a_program_that_cannot_be_profiled_is_one_line(tmp_path):
 
 # -- Linux perf --------------------------------------------------------------------------------------
 
-# `perf script -F ip,sym,dso` prints each sample's frames leaf first
-PERF_SCRIPT = """\
+# `perf script -F ip,sym,dso` prints each sample's frames leaf first, a blank line after each sample
+GIL_SAMPLE = """\
 \t      ffff8001 schedule ([kernel.kallsyms])
 \t          7f02 pthread_cond_timedwait@@GLIBC_2.3.2 (/usr/lib/x86_64-linux-gnu/libc.so.6)
 \t          7f01 take_gil (/opt/py/lib/libpython3.13.so.1.0)
-
-\t          7f03 PyObject_Vectorcall (/opt/py/lib/libpython3.13.so.1.0)
-\t            85 py::Connection.wait:/venv/lib/python3.13/site-packages/psycopg/connection.py (/tmp/jitted-1-2.so)
-\t          7f04 py_trampoline_evaluator (/opt/py/lib/libpython3.13.so.1.0)
-\t          7f05 _PyEval_EvalFrameDefault (/opt/py/lib/libpython3.13.so.1.0)
-\t            85 py::request_sync:/work/main/harness/experiments/postgres/workload.py (/tmp/jitted-1-1.so)
-\t          7f06 [unknown] ([unknown])
-\t          7f07 start_thread (/usr/lib/x86_64-linux-gnu/libc.so.6)
-
+"""
+DRIVER_SAMPLE = """\
 \t          7f03 PyObject_Vectorcall (/opt/py/lib/libpython3.13.so.1.0)
 \t            85 py::Connection.wait:/venv/lib/python3.13/site-packages/psycopg/connection.py (/tmp/jitted-1-2.so)
 \t          7f04 py_trampoline_evaluator (/opt/py/lib/libpython3.13.so.1.0)
@@ -139,6 +132,7 @@ PERF_SCRIPT = """\
 \t          7f06 [unknown] ([unknown])
 \t          7f07 start_thread (/usr/lib/x86_64-linux-gnu/libc.so.6)
 """
+PERF_SCRIPT = "\n".join((GIL_SAMPLE, DRIVER_SAMPLE, DRIVER_SAMPLE))   # the driver's stack sampled twice
 
 
 def test_perf_s_samples_fold_as_py_spy_writes_them(monkeypatch):

@@ -24,8 +24,8 @@ without pausing anything, and the samples of this process's threads are kept, so
 time alone and a thread is sampled as often as it runs. (Events on the process's own threads would
 sample a thread only after each 1/rate s of its own CPU: 200 threads of a pool-bound client, each
 running a few milliseconds a second, gave one sample in 8 s.) Python's own
-frames reach perf through CPython 3.13's `perf_jit` trampolines (`sys.activate_stack_trampoline`),
-which the profiled process turns on for its window; stacks are unwound from a copy of each
+frames reach perf through CPython 3.13's `perf_jit` trampolines, which 3.13 turns on only at
+start-up (`perf_env`: the profiled window's process starts with them); stacks are unwound from a copy of each
 sample's stack (DWARF), then folded (`fold_perf_script`) into the same collapsed form, frames
 reading `function (module/file.py)` and `symbol (library)`. The interpreter's own frames between
 two Python frames are left out, as py-spy leaves them out.
@@ -209,6 +209,12 @@ def record_argv(out: Path, rate: int = 100, native: bool = True, pid: int | None
     return argv + (["--pid", str(pid)] if pid is not None else ["--", *program])
 
 
+def _last_line(text: str | None, otherwise: str) -> str:
+    """The last line a profiler printed (its error, as a rule), else `otherwise`."""
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else otherwise
+
+
 @dataclass
 class Sampler:
     """A profiler sampling a process until `detach`: py-spy, or perf with its working folder."""
@@ -222,7 +228,7 @@ class Sampler:
 def attach(pid: int, out: Path, rate: int = RATE_HZ) -> Sampler:
     """Start sampling `pid` into `out` until `detach`, as `out`'s name asks (`sampling_of`), else
     with py-spy's native frames at `rate`. perf samples only this process (`pid` must be ours: its
-    Python frames need the trampolines it turns on here) and only from CPython 3.13."""
+    Python frames need its trampolines, `perf_env`) and only from CPython 3.13."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     how, rate = sampling_of(Path(out), rate)
     if how == PERF:
@@ -248,8 +254,7 @@ def detach(spy: Sampler, out: Path | None, timeout_s: float = 60.0) -> str | Non
         if spy.how == PERF:
             return _perf_fold(spy, out, err, timeout_s)
         if out is None or not Path(out).is_file():
-            tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.proc.returncode}"]
-            return f"py-spy wrote no profile: {tail[0]}"
+            return f"py-spy wrote no profile: {_last_line(err, f'exit status {spy.proc.returncode}')}"
         return None
     finally:
         if spy.how == PERF:
@@ -315,10 +320,9 @@ def _perf_attach(pid: int, out: Path, rate: int) -> Sampler:
         os.close(ack_fd)
     if proc.poll() is None:
         proc.kill()
-    err = proc.communicate()[1] or ""
+    err = proc.communicate()[1]
     _perf_cleanup(spy)
-    tail = err.strip().splitlines()[-1:] or [f"no answer within {PERF_START_S:g} s"]
-    raise HarnessError(f"perf could not attach: {tail[0]}")
+    raise HarnessError(f"perf could not attach: {_last_line(err, f'no answer within {PERF_START_S:g} s')}")
 
 
 def _perf_env(work: Path) -> dict[str, str]:
@@ -332,10 +336,10 @@ def _perf_fold(spy: Sampler, out: Path | None, err: str, timeout_s: float) -> st
     assert spy.work is not None
     raw, named = spy.work / "perf.data", spy.work / "perf.jit.data"
     if out is None or not raw.is_file():
-        tail = (err or "").strip().splitlines()[-1:] or [f"exit status {spy.proc.returncode}"]
-        return f"perf wrote no profile: {tail[0]}"
-    steps = ([perf(), "inject", "--jit", "-i", str(raw), "-o", str(named)],
-             [perf(), "script", "-F", "ip,sym,dso", "--no-inline", "--pid", str(spy.pid), "-i", str(named)])
+        return f"perf wrote no profile: {_last_line(err, f'exit status {spy.proc.returncode}')}"
+    binary = perf()
+    steps = ([binary, "inject", "--jit", "-i", str(raw), "-o", str(named)],
+             [binary, "script", "-F", "ip,sym,dso", "--no-inline", "--pid", str(spy.pid), "-i", str(named)])
     text = ""
     for argv in steps:
         try:
@@ -344,8 +348,7 @@ def _perf_fold(spy: Sampler, out: Path | None, err: str, timeout_s: float) -> st
         except subprocess.TimeoutExpired:
             return f"perf {argv[1]} did not finish within {timeout_s:g} s"
         if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-            return f"perf {argv[1]} failed: {tail[0]}"
+            return f"perf {argv[1]} failed: {_last_line(done.stderr, f'exit status {done.returncode}')}"
         text = done.stdout
     stacks = fold_perf_script(text)
     Path(out).write_text("".join(f"{';'.join(stack)} {n}\n" for stack, n in stacks))
@@ -364,7 +367,7 @@ def _perf_cleanup(spy: Sampler) -> None:
 _PERF_FRAME = re.compile(r"^\s*[0-9a-f]+\s+(?P<sym>.*) \((?P<dso>[^()]*)\)$")
 _INTERPRETER_LIB = re.compile(r"^(libpython\d|python\d)")
 _INTERPRETER_GLUE = ("py_trampoline_evaluator", "[unknown]")
-_STDLIB = re.compile(r"/lib/python\d\.\d+t?/(?:site-packages/|dist-packages/)?(?P<rest>.*)$")
+_STDLIB = re.compile(r"/lib/python\d\.\d+t?/(?P<rest>.*)$")
 
 
 def short_path(path: str) -> str:
@@ -399,12 +402,10 @@ def fold_perf_script(text: str) -> list[tuple[tuple[str, ...], int]]:
     out: Counter = Counter()
 
     def flush(frames: list[tuple[str, bool, bool]]) -> None:
-        if not frames:
-            return
-        leaf_py = next((i for i, f in enumerate(frames) if f[1]), len(frames))
-        kept = [name for i, (name, is_py, glue) in enumerate(frames)
-                if is_py or (not glue if i < leaf_py else not glue and not _INTERPRETER_LIB.match(
-                    name.rpartition(" (")[2]))]
+        # (frame, Python's?, the interpreter's own?), leaf first: the interpreter's own frames count
+        # only leafward of the leaf-most Python frame, where they are what that Python code runs
+        leaf_py = next((i for i, (_, is_py, _) in enumerate(frames) if is_py), len(frames))
+        kept = [name for i, (name, _, interpreter) in enumerate(frames) if i < leaf_py or not interpreter]
         if kept:
             out[tuple(reversed(kept))] += 1
 
@@ -417,9 +418,10 @@ def fold_perf_script(text: str) -> list[tuple[tuple[str, ...], int]]:
                 frames = []
             continue
         sym, dso = m.group("sym"), m.group("dso")
+        if sym in _INTERPRETER_GLUE or dso == "[unknown]":
+            continue
         name, is_py = _perf_frame(sym, dso)
-        glue = sym in _INTERPRETER_GLUE or dso == "[unknown]"
-        frames.append((name, is_py, glue))
+        frames.append((name, is_py, not is_py and bool(_INTERPRETER_LIB.match(name.rpartition(" (")[2]))))
     flush(frames)
     return sorted(out.items())
 
@@ -456,6 +458,6 @@ def profile_program(program: Sequence[str], out: Path, rate: int = 100, native: 
     done = subprocess.run(record_argv(out, rate, native, program=program), capture_output=True, text=True,
                           timeout=timeout_s)
     if done.returncode != 0 or not Path(out).is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise HarnessError(f"py-spy could not profile {' '.join(program)}: {tail[0]}")
+        raise HarnessError(f"py-spy could not profile {' '.join(program)}: "
+                           f"{_last_line(done.stderr or done.stdout, 'no output')}")
     return read_collapsed(out)

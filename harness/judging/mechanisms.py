@@ -222,12 +222,12 @@ def cpu_mechanism(summary: Mapping[str, Any]) -> list[str]:
         share = _value(got.get(("profiled", f"{part}.{model}", f"share_{profiles.KEYS[profiles.GIL]}")), "median")
         n = _value(got.get(("profiled", f"{part}.{model}", "samples")), "median")
         if not (math.isnan(share) or math.isnan(n)) and n > 0:
-            gil.append((label, share, int(n)))
+            gil.append((label, model, share, int(n)))
     if len(gil) == len(CPU_SIDES):
-        _, t_share, t_n = gil[0]
+        _, _, t_share, t_n = gil[0]
         low = stats.share_interval(round(t_share * t_n), t_n)[0]   # the share's 95% lower end
         shown = "; ".join(f"{label} {share:.1%} of {n} samples" + _per_request(got, model, share)
-                          for (label, share, n), (_, model) in zip(gil, CPU_SIDES))
+                          for label, model, share, n in gil)
         lines.append(f"- The interpreter lock's share of the client's profile (pool-bound, the profiled pass, {how}): "
                      f"{shown}. "
                      "\"A GIL handoff every time libpq returns\" as a cause of the threads' extra CPU: "
