@@ -132,13 +132,15 @@ DRIVER_SAMPLE = """\
 \t          7f06 [unknown] ([unknown])
 \t          7f07 start_thread (/usr/lib/x86_64-linux-gnu/libc.so.6)
 """
-PERF_SCRIPT = "\n".join((GIL_SAMPLE, DRIVER_SAMPLE, DRIVER_SAMPLE))   # the driver's stack sampled twice
+# a sample whose unwinding found nothing it could name (a clock read in the vDSO)
+VDSO_SAMPLE = "\t             b66 [unknown] ([vdso])\n"
+PERF_SCRIPT = "\n".join((GIL_SAMPLE, DRIVER_SAMPLE, DRIVER_SAMPLE, VDSO_SAMPLE))   # the driver's stack twice
 
 
 def test_perf_s_samples_fold_as_py_spy_writes_them(monkeypatch):
     monkeypatch.setattr(profiles, "REPO_ROOT", profiles.Path("/work/main"))
     stacks = dict(profiles.fold_perf_script(PERF_SCRIPT))
-    assert len(stacks) == 2
+    assert len(stacks) == 3 and stacks[("[unknown] ([vdso])",)] == 1   # every sample counts, named or not
     # a sample without a Python frame keeps every frame, root first: the kernel's named so, glibc's
     # symbol version dropped
     gil = ("take_gil (libpython3.13.so.1.0)", "pthread_cond_timedwait (libc.so.6)", "schedule (kernel)")

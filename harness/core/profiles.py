@@ -401,28 +401,32 @@ def fold_perf_script(text: str) -> list[tuple[tuple[str, ...], int]]:
     between Python frames left out (as py-spy leaves them out), unknown frames dropped."""
     out: Counter = Counter()
 
-    def flush(frames: list[tuple[str, bool, bool]]) -> None:
+    def flush(frames: list[tuple[str, bool, bool]], unknown: str) -> None:
         # (frame, Python's?, the interpreter's own?), leaf first: the interpreter's own frames count
-        # only leafward of the leaf-most Python frame, where they are what that Python code runs
+        # only leafward of the leaf-most Python frame, where they are what that Python code runs.
+        # A sample none of whose frames could be named (inside the vDSO, say) still counts, as its
+        # leaf: dropping it would undercount the process and bias every share.
         leaf_py = next((i for i, (_, is_py, _) in enumerate(frames) if is_py), len(frames))
         kept = [name for i, (name, _, interpreter) in enumerate(frames) if i < leaf_py or not interpreter]
-        if kept:
-            out[tuple(reversed(kept))] += 1
+        if kept or unknown:
+            out[tuple(reversed(kept)) or (unknown,)] += 1
 
     frames: list[tuple[str, bool, bool]] = []
+    unknown = ""
     for line in text.splitlines():
         m = _PERF_FRAME.match(line)
         if m is None:
             if not line.strip():
-                flush(frames)
-                frames = []
+                flush(frames, unknown)
+                frames, unknown = [], ""
             continue
         sym, dso = m.group("sym"), m.group("dso")
         if sym in _INTERPRETER_GLUE or dso == "[unknown]":
+            unknown = unknown or _perf_frame(sym, dso)[0]
             continue
         name, is_py = _perf_frame(sym, dso)
         frames.append((name, is_py, not is_py and bool(_INTERPRETER_LIB.match(name.rpartition(" (")[2]))))
-    flush(frames)
+    flush(frames, unknown)
     return sorted(out.items())
 
 
